@@ -1,0 +1,112 @@
+"""The ImageNet-layout reader every chapter trains from (``<data_dir>/<split>/<class>/*.JPEG``).
+
+``mindspore.dataset.ImageFolderDataset`` lists samples class by class (sorted folder names), then the
+usual ResNet transforms. The same code reads ImageNet (``gpu8`` preset) and the offline digits stand-in,
+so the ImageNet path is the one that is tested. Labels come from the folder listing, never from decoding.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from helpers.errors import DataError
+from helpers.paths import resolve
+
+IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")
+STANDIN_DIR = "data/digits"
+IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
+IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
+
+
+@dataclass(frozen=True)
+class FolderIndex:
+    """What a split holds, read from the file listing only: class names, and one label per sample."""
+
+    root: Path
+    classes: tuple[str, ...]
+    labels: np.ndarray            # int32, in the reader's (class-sorted) order
+
+    @property
+    def counts(self) -> np.ndarray:
+        return np.bincount(self.labels, minlength=len(self.classes))
+
+
+def scan_split(data_dir: str | Path, split: str = "train") -> FolderIndex:
+    """Index ``data_dir/split`` with clear errors for a missing or empty folder or an empty class."""
+    root = resolve(data_dir) / split
+    if not root.parent.is_dir():
+        raise DataError(f"data_dir {root.parent} does not exist (for the stand-in run "
+                        f"`python -m data_prep.digits`, or set data_dir to your ImageNet folder)")
+    if not root.is_dir():
+        raise DataError(f"{root} does not exist: expected the ImageNet layout {root}/<class>/*.JPEG")
+    classes = sorted(p.name for p in root.iterdir() if p.is_dir())
+    if not classes:
+        raise DataError(f"{root} has no class folders: expected {root}/<class>/*.JPEG")
+    labels = []
+    for label, name in enumerate(classes):
+        n = sum(1 for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_EXTENSIONS)
+        if n == 0:
+            raise DataError(f"class folder {root / name} has no images ({'/'.join(IMAGE_EXTENSIONS)})")
+        labels.append(np.full(n, label, dtype=np.int32))
+    return FolderIndex(root, tuple(classes), np.concatenate(labels))
+
+
+def ensure_standin(data_dir: str | Path = STANDIN_DIR, size: int = 32) -> Path:
+    """Write the digits stand-in if it is not there yet (a few seconds), and return its folder."""
+    from data_prep.digits import write_digits
+
+    path = resolve(data_dir)
+    write_digits(path, size=size)
+    return path
+
+
+def prepare_data(cfg) -> FolderIndex:
+    """Before launch: make the stand-in when the config points at it, then index and check the train split."""
+    if Path(cfg.data_dir) == Path(STANDIN_DIR) or resolve(cfg.data_dir) == resolve(STANDIN_DIR):
+        ensure_standin(cfg.data_dir)
+    index = scan_split(cfg.data_dir, "train")
+    per_rank = len(index.labels) // cfg.world_size
+    if per_rank < cfg.batch_per_rank:
+        raise DataError(f"{index.root}: {len(index.labels)} images give each of {cfg.world_size} ranks "
+                        f"{per_rank}, fewer than one batch of {cfg.batch_per_rank}")
+    return index
+
+
+def _transforms(image_size: int, train: bool, imagenet_stem: bool):
+    import mindspore.dataset.vision as vision
+
+    if imagenet_stem and train:
+        ops = [vision.RandomCropDecodeResize(image_size), vision.RandomHorizontalFlip()]
+    elif imagenet_stem:
+        ops = [vision.Decode(), vision.Resize(int(image_size * 256 / 224)), vision.CenterCrop(image_size)]
+    else:
+        ops = [vision.Decode(), vision.Resize((image_size, image_size))]
+    return ops + [vision.Normalize(IMAGENET_MEAN, IMAGENET_STD), vision.HWC2CHW()]
+
+
+def build_dataset(cfg, split: str, rank: int, world_size: int, sampler=None, batch_size: int | None = None,
+                  drop_remainder: bool = True):
+    """A batched ``ImageFolderDataset`` for one rank.
+
+    Without ``sampler`` the split is MindSpore's own sharding (``num_shards``/``shard_id``: an
+    interleaving ``DistributedSampler``), shuffled for training. Chapter 01 passes other samplers.
+    """
+    import mindspore as ms
+    import mindspore.dataset as ds
+    import mindspore.dataset.transforms as T
+
+    root = resolve(cfg.data_dir) / split
+    train = split == "train"
+    kwargs = dict(num_parallel_workers=cfg.dataset_workers, decode=False)
+    if sampler is not None:
+        kwargs["sampler"] = sampler
+    else:
+        kwargs.update(num_shards=world_size, shard_id=rank, shuffle=train)
+    data = ds.ImageFolderDataset(str(root), **kwargs)
+    data = data.map(_transforms(cfg.image_size, train, cfg.stem == "imagenet"), input_columns="image",
+                    num_parallel_workers=cfg.dataset_workers)
+    data = data.map(T.TypeCast(ms.int32), input_columns="label")
+    return data.batch(batch_size or cfg.batch_per_rank, drop_remainder=drop_remainder)

@@ -1,0 +1,358 @@
+"""Start a real multi-process MindSpore job with ``msrun`` from a notebook cell, watch it, end it cleanly.
+
+    result = run_job(job_config("ci", name="smoke"))
+
+The kernel stays light: it writes ``<run_dir>/config.json``, starts ``msrun`` (in its own session), tails
+``<run_dir>/metrics/rank_<r>.jsonl`` for live progress and returns a ``JobResult``. When a rank fails, the
+cell raises within seconds (from the rank's own failure record, or its process vanishing) instead of
+msrun's ~50 s; on timeout or interrupt the job is ended too. Ending a job: SIGINT to msrun (it stops its
+workers), a short wait, then SIGKILL to every process still carrying this job's id in its environment
+(workers run in sessions of their own, so a process-group kill would miss them). Logs are always kept.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import psutil
+
+from helpers.config import JobConfig
+from helpers.errors import ConfigError, JobFailed
+from helpers.metrics import MetricsTail, metrics_path, read_records
+from helpers.paths import new_run_dir, resolve
+from helpers.progress import make_progress
+from helpers.worker import failure_kind
+
+log = logging.getLogger(__name__)
+
+JOB_ID_ENV = "COURSE_JOB_ID"
+POLL_S = 0.5
+GRACE_S = 8.0           # after SIGINT, how long msrun gets to stop its workers before the sweep
+VANISH_GRACE_S = 2.0
+FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise before the job is ended    # a worker gone without a summary: wait this long for its failure record
+
+
+# ---------------------------------------------------------------- command and environment
+def python_bin_dir() -> Path:
+    return Path(sys.executable).parent
+
+
+def find_msrun() -> str:
+    """msrun from the running interpreter's environment first, then PATH."""
+    path = shutil.which("msrun", path=f"{python_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}")
+    if not path:
+        raise ConfigError("msrun not found: install mindspore into this Python environment "
+                          f"({sys.executable}); msrun ships with it")
+    return path
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str = "msrun") -> list[str]:
+    """The msrun invocation for this node of the job (multi-node fields pass straight through)."""
+    return [msrun, f"--worker_num={cfg.world_size}", f"--local_worker_num={cfg.local_workers}",
+            f"--master_addr={cfg.master_addr}", f"--master_port={cfg.master_port}",
+            f"--node_rank={cfg.node_rank}", f"--log_dir={log_dir}", "--join=True",
+            "python", "-u", "-m", "helpers.worker", str(config_path)]
+
+
+def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
+    """msrun starts workers with plain ``python``: put this interpreter's bin folder first on PATH."""
+    env = dict(os.environ if base is None else base)
+    env["PATH"] = f"{python_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+    env["GLOG_v"] = str(cfg.glog_v)
+    env["PYTHONUNBUFFERED"] = "1"
+    env[JOB_ID_ENV] = job_id
+    if cfg.device_target == "CPU":
+        env["OMP_NUM_THREADS"] = str(cfg.threads_per_rank)
+    if cfg.compile_cache:
+        # Graph compilation is most of a small job's first step; MindSpore checks the cache against the
+        # network's source, so a changed model compiles afresh.
+        env["MS_COMPILER_CACHE_ENABLE"] = "1"
+        env["MS_COMPILER_CACHE_PATH"] = str(compile_cache_dir(cfg))
+    env.update({k: str(v) for k, v in cfg.env.items()})
+    return env
+
+
+def compile_cache_dir(cfg: JobConfig) -> Path:
+    """One cache folder per graph-shaping part of the config, so different jobs never overwrite each other."""
+    import hashlib
+
+    key = json.dumps([cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
+                      cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion], sort_keys=True)
+    return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
+
+
+# ---------------------------------------------------------------- result
+@dataclass
+class JobResult:
+    """What a finished job left: per-rank step records and summaries, timings, paths."""
+
+    run_dir: Path
+    config: JobConfig
+    returncode: int
+    wall_s: float
+    steps: dict[int, list[dict]] = field(default_factory=dict)
+    summaries: dict[int, dict] = field(default_factory=dict)
+
+    @property
+    def log_dir(self) -> Path:
+        return self.run_dir / "logs"
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.summaries)
+
+    def metric(self, name: str) -> np.ndarray:
+        """A (ranks x steps) array of one step metric, e.g. ``loss``, ``step_s``, ``data_s``."""
+        return np.array([[rec[name] for rec in self.steps[r]] for r in sorted(self.steps)], dtype=float)
+
+    def summary(self, name: str) -> list:
+        return [self.summaries[r].get(name) for r in self.ranks]
+
+    @property
+    def weights_identical(self) -> bool:
+        sums = set(self.summary("checksum"))
+        return len(sums) == 1 and None not in sums
+
+
+def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float("nan")) -> JobResult:
+    """Rebuild a JobResult from a run directory (also for runs made earlier or elsewhere)."""
+    run_dir = Path(run_dir)
+    cfg = JobConfig.load(run_dir / "config.json")
+    steps, summaries = {}, {}
+    for r in range(cfg.world_size):
+        recs = read_records(metrics_path(run_dir, r))
+        steps[r] = [x for x in recs if x["event"] == "step"]
+        for x in recs:
+            if x["event"] == "summary":
+                summaries[r] = x
+    return JobResult(run_dir, cfg, returncode, wall_s, steps, summaries)
+
+
+# ---------------------------------------------------------------- processes of a job
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Every live process whose environment carries this job's id (msrun, scheduler, workers, helpers)."""
+    found = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.pid != os.getpid() and p.environ().get(JOB_ID_ENV) == job_id:
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def stop_job(procs: list[subprocess.Popen], job_id: str, grace_s: float = GRACE_S) -> None:
+    """SIGINT to msrun, wait up to ``grace_s``, then SIGKILL whatever of the job is still alive."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                p.send_signal(signal.SIGINT)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        if all(p.poll() is not None for p in procs) and not job_processes(job_id):
+            break
+        time.sleep(0.25)
+    for _ in range(3):
+        left = job_processes(job_id)
+        if not left:
+            break
+        for p in left:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=3)
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _worker_pids(procs: list[subprocess.Popen]) -> dict[int, int]:
+    """rank -> pid of the worker processes msrun started (found by their RANK_ID / MS_ROLE)."""
+    out = {}
+    for p in procs:
+        try:
+            children = psutil.Process(p.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            continue
+        for c in children:
+            try:
+                env = c.environ()
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+                continue
+            if env.get("MS_ROLE") == "MS_WORKER" and "RANK_ID" in env and "helpers.worker" in " ".join(c.cmdline()):
+                out.setdefault(int(env["RANK_ID"]), c.pid)
+    return out
+
+
+def _wait_exit(procs, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+        time.sleep(0.1)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
+    """Last lines of a rank's worker log (searched under logs/), or of msrun's own output."""
+    if rank is None:
+        candidates = sorted(run_dir.glob("msrun*.log"))
+    else:
+        candidates = sorted((run_dir / "logs").rglob(f"worker_{rank}.log"))
+    text = ""
+    for path in candidates:
+        text += path.read_text(errors="replace")
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+# ---------------------------------------------------------------- the watcher
+class _Watch:
+    """Polls metrics files and processes of a running job; decides when it is done or has failed."""
+
+    def __init__(self, cfg: JobConfig, run_dir: Path, procs, progress):
+        self.cfg, self.run_dir, self.procs, self.progress = cfg, run_dir, procs, progress
+        self.tail = MetricsTail(run_dir, range(cfg.world_size))
+        self.summaries: dict[int, dict] = {}
+        self.failures: dict[int, dict] = {}
+        self.pids: dict[int, int] = {}
+        self.vanished: dict[int, float] = {}
+
+    def poll(self) -> None:
+        for rec in self.tail.poll():
+            ev, r = rec["event"], rec["rank"]
+            if ev == "step":
+                self.progress.update(r, rec["step"] + 1, rec["loss"])
+            elif ev == "summary":
+                self.summaries[r] = rec
+            elif ev == "failure":
+                self.failures.setdefault(r, rec)
+        if len(self.pids) < self.cfg.world_size:
+            self.pids.update(_worker_pids(self.procs))
+        now = time.monotonic()
+        for r, pid in self.pids.items():
+            if r not in self.summaries and r not in self.failures and not _alive(pid):
+                self.vanished.setdefault(r, now)
+
+    def failed_rank(self) -> tuple[int, str, str] | None:
+        """(rank, kind, message) of the first failure seen, if any."""
+        if self.failures:
+            r = min(self.failures)
+            f = self.failures[r]
+            return r, f["kind"], f["error"]
+        for r, since in sorted(self.vanished.items()):
+            if time.monotonic() - since >= VANISH_GRACE_S:
+                self.poll()
+                if r in self.failures:
+                    return self.failed_rank()
+                tail = log_tail(self.run_dir, r)
+                return r, failure_kind(tail), "worker process exited without finishing (no summary)"
+        return None
+
+
+def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
+            launches: list[dict] | None = None) -> JobResult:
+    """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
+
+    ``launches`` (advanced, used for multi-node on one host) lists one dict per msrun invocation with
+    optional keys ``node_rank``, ``local_world_size``, ``master_addr`` and ``prefix`` (a command prefix such
+    as ``["ip", "netns", "exec", "node1"]``); by default a single local msrun starts every rank.
+    """
+    cfg = cfg.validate()
+    if cfg.task == "train":
+        from helpers.data import prepare_data
+
+        prepare_data(cfg)
+    msrun = find_msrun()
+    run_dir = new_run_dir(cfg.chapter, cfg.name, run_root)
+    if cfg.master_port == 0:
+        cfg = cfg.replace(master_port=free_port())
+    config_path = cfg.save(run_dir / "config.json")
+    job_id = f"{run_dir.name}-{os.getpid()}-{cfg.master_port}"
+    env = job_env(cfg, job_id)
+    launches = launches or [{}]
+    procs = []
+    t0 = time.monotonic()
+    bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
+                        cfg.steps, progress)
+    try:
+        for i, spec in enumerate(launches):
+            node_cfg = cfg.replace(**{k: v for k, v in spec.items() if k != "prefix"})
+            log_dir = run_dir / "logs" / (f"node{node_cfg.node_rank}" if len(launches) > 1 else "")
+            cmd = list(spec.get("prefix", [])) + msrun_command(node_cfg, config_path, log_dir, msrun)
+            out = open(run_dir / f"msrun{i if len(launches) > 1 else ''}.log", "wb")
+            procs.append(subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True))
+            out.close()
+        watch = _Watch(cfg, run_dir, procs, bar)
+        while True:
+            time.sleep(POLL_S)
+            watch.poll()
+            failed = watch.failed_rank()
+            if failed:
+                rank, kind, message = failed
+                stop_job(procs, job_id)
+                bar.close(f"failed on rank {rank}")
+                raise JobFailed(kind, message, rank, log_tail(run_dir, rank), str(run_dir))
+            if all(p.poll() is not None for p in procs):
+                watch.poll()
+                break
+            if len(watch.summaries) == cfg.world_size:
+                # Every rank has written its summary (fsync'ed): the job's work is done. MindSpore's own
+                # finalisation takes another 5-10 s on CPU; give it a moment, then end what is left.
+                _wait_exit(procs, FINISH_GRACE_S)
+                break
+            if time.monotonic() - t0 > cfg.timeout_s:
+                stop_job(procs, job_id)
+                bar.close("timed out")
+                raise JobFailed("timeout", f"not finished after {cfg.timeout_s:.0f} s (config timeout_s)",
+                                None, log_tail(run_dir, None), str(run_dir))
+    except KeyboardInterrupt:
+        stop_job(procs, job_id)
+        bar.close("interrupted")
+        raise JobFailed("interrupted", "interrupted by the user; every process of the job was ended",
+                        None, "", str(run_dir)) from None
+    except BaseException:
+        stop_job(procs, job_id)
+        raise
+    wall = time.monotonic() - t0
+    stop_job(procs, job_id, grace_s=1.0)   # nothing of the job may outlive the call
+    # msrun's own code after SIGINT is 0 or -2; what decides success is every rank's summary.
+    rc = 0 if len(watch.summaries) == cfg.world_size and not watch.failures else max(
+        abs(p.returncode) for p in procs) or 1
+    missing = [r for r in range(cfg.world_size) if r not in watch.summaries]
+    if rc != 0 or missing:
+        failed = watch.failed_rank()
+        rank = failed[0] if failed else (missing[0] if missing else None)
+        kind = failed[1] if failed else "crash"
+        bar.close("failed")
+        raise JobFailed(kind, f"msrun exited {rc}; ranks without a summary: {missing}", rank,
+                        log_tail(run_dir, rank), str(run_dir))
+    bar.close(f"finished in {wall:.1f} s")
+    result = load_result(run_dir, rc, wall)
+    log.info("job %s finished in %.1f s", run_dir, wall)
+    return result

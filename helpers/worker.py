@@ -1,0 +1,183 @@
+"""What ``msrun`` runs on every rank: ``python -m helpers.worker <run_dir>/config.json``.
+
+init() -> data, model, train step from the config -> train in GRAPH_MODE with DATA_PARALLEL and
+gradient averaging -> one metrics line per step, then a summary line with a checksum of the parameters.
+msrun also starts a scheduler process with this same command (``MS_ROLE=MS_SCHED``); it never returns
+from ``init()``, so nothing before ``init()`` may have side effects worth doing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import numpy as np
+
+from helpers.config import JobConfig
+from helpers.metrics import MetricsWriter
+
+OOM_MARKERS = ("Memory not enough", "MemoryError", "could not create a primitive", "Out of memory")
+
+
+def failure_kind(text: str) -> str:
+    """``oom`` when the error text is one of the ways MindSpore/oneDNN report exhausted memory."""
+    return "oom" if any(m in text for m in OOM_MARKERS) else "crash"
+
+
+def param_checksum(net) -> tuple[str, float]:
+    """sha256 over the trainable parameters (name order) and their plain sum.
+
+    Only trainable parameters: BatchNorm running statistics are local to each rank under DATA_PARALLEL.
+    """
+    h = hashlib.sha256()
+    total = 0.0
+    for p in sorted(net.trainable_params(), key=lambda p: p.name):
+        a = p.asnumpy().astype(np.float32)
+        h.update(a.tobytes())
+        total += float(a.sum(dtype=np.float64))
+    return h.hexdigest(), total
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _setup_runtime(cfg: JobConfig):
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device(cfg.device_target)
+    if cfg.device_target == "CPU":
+        from mindspore.device_context.cpu.op_tuning import threads_num
+
+        threads_num(cfg.threads_per_rank)
+
+
+def _build_train_step(cfg: JobConfig, num_classes: int):
+    import mindspore as ms
+    from mindspore import nn
+
+    from helpers.models import build_model
+
+    ms.set_seed(cfg.seed)  # every rank starts from the same weights: DATA_PARALLEL does not broadcast them
+    net = build_model(cfg.arch, num_classes, cfg.width, cfg.stem, cfg.conv_impl)
+    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    opt = nn.Momentum(net.trainable_params(), cfg.lr, cfg.momentum, weight_decay=cfg.weight_decay)
+    # Under DATA_PARALLEL, TrainOneStepCell inserts DistributedGradReducer (AllReduce, mean) itself.
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    step.set_train()
+    return net, step
+
+
+class _SumOverRanks:
+    """Sums small host arrays over all ranks with one AllReduce (used for held-out accuracy)."""
+
+    def __init__(self):
+        from mindspore import ops
+
+        self._op = ops.AllReduce()
+
+    def __call__(self, values):
+        import mindspore as ms
+
+        return self._op(ms.Tensor(np.asarray(values, dtype=np.float32))).asnumpy()
+
+
+def evaluate(cfg: JobConfig, net, rank: int, world: int) -> float:
+    """Top-1 accuracy on the held-out split, each rank on its shard, summed over ranks."""
+    from helpers.data import build_dataset
+
+    import mindspore as ms
+
+    val = build_dataset(cfg, "val", rank, world, drop_remainder=False)
+    # PyNative for the few evaluation batches: compiling a second (inference) graph costs more than it saves.
+    ms.set_context(mode=ms.PYNATIVE_MODE)
+    net.set_train(False)
+    correct = total = 0
+    for images, labels in val.create_tuple_iterator(num_epochs=1):
+        pred = net(images).asnumpy().argmax(axis=1)
+        correct += int((pred == labels.asnumpy()).sum())
+        total += len(pred)
+    net.set_train(True)
+    ms.set_context(mode=ms.GRAPH_MODE)
+    c, t = _SumOverRanks()([correct, total]) if world > 1 else (correct, total)
+    return float(c / max(t, 1))
+
+
+def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
+    from mindspore import context
+    from mindspore.context import ParallelMode
+
+    from helpers.data import build_dataset, scan_split
+
+    parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
+    if cfg.comm_fusion:
+        parallel["comm_fusion"] = cfg.comm_fusion
+    context.set_auto_parallel_context(**parallel)
+    import mindspore.dataset as ds
+
+    ds.config.set_seed(cfg.seed)   # same shuffle on every rank, so the shards stay disjoint
+    num_classes = len(scan_split(cfg.data_dir, "train").classes)
+    data = build_dataset(cfg, "train", rank, world).repeat()
+    net, step = _build_train_step(cfg, num_classes)
+    it = data.create_tuple_iterator(num_epochs=-1)
+    t_start = time.perf_counter()
+    step_times = []
+    for i in range(cfg.steps):
+        t0 = time.perf_counter()
+        images, labels = next(it)
+        t1 = time.perf_counter()
+        if cfg.fail_rank == rank and i == cfg.fail_step:
+            raise RuntimeError(f"injected failure on rank {rank} at step {i} (config fail_rank)")
+        loss = float(step(images, labels).asnumpy())
+        t2 = time.perf_counter()
+        lab = labels.asnumpy()
+        rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
+                   samples=int(len(lab)), rss_peak_mb=peak_rss_mb())
+        if num_classes <= 256:
+            rec["class_hist"] = np.bincount(lab, minlength=num_classes).tolist()
+        out.write("step", **rec)
+        step_times.append(t2 - t0)
+    train_s = time.perf_counter() - t_start
+    out.write("trained", train_s=train_s)
+    accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
+    checksum, psum = param_checksum(net)
+    steady = step_times[1:] or step_times
+    return dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
+                img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
+                checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
+                conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg_path = Path(argv[0])
+    cfg = JobConfig.load(cfg_path)
+    run_dir = cfg_path.parent
+    _setup_runtime(cfg)
+    from mindspore.communication import get_group_size, get_rank, init
+
+    init()                          # the scheduler process never returns from here
+    rank, world = get_rank(), get_group_size()
+    out = MetricsWriter(run_dir, rank)
+    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    try:
+        summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
+        out.write("summary", **summary)
+    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
+        text = "".join(traceback.format_exception(exc))
+        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}",
+                  traceback=text[-4000:])
+        raise
+    finally:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
