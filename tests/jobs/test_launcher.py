@@ -1,0 +1,109 @@
+"""Real msrun jobs through the launcher: success, a failing rank, a timeout, an interrupt, two at once.
+
+After every failure no process of the job may be left: checked by the job's MS_SCHED_PORT (as DESIGN.md
+says) and by the launcher's own job id.
+"""
+
+import _thread
+import json
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers.errors import JobFailed
+from helpers.launch import run_job
+from helpers.metrics import read_records
+
+pytestmark = pytest.mark.jobs
+
+
+def processes_with_port(port: int) -> list[int]:
+    left = []
+    for p in psutil.process_iter(["pid"]):
+        try:
+            if p.environ().get("MS_SCHED_PORT") == str(port):
+                left.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return left
+
+
+def only_run_dir(root: Path) -> Path:
+    (run_dir,) = [p for p in root.glob("*/*") if p.is_dir()]
+    return run_dir
+
+
+def port_of(run_dir: Path) -> int:
+    return json.loads((run_dir / "config.json").read_text())["master_port"]
+
+
+def test_eight_ranks_train_and_end_with_identical_weights(ci_config, tmp_path):
+    res = run_job(ci_config.replace(steps=2), progress="text", run_root=tmp_path)
+    assert res.ranks == list(range(8))
+    assert res.metric("loss").shape == (8, 2)
+    assert res.weights_identical
+    assert len(set(res.metric("loss")[:, 0])) > 1, "ranks saw different data"
+    assert res.returncode == 0 and res.wall_s > 0
+    assert not processes_with_port(res.config.master_port)
+
+
+def test_a_failing_rank_is_named_within_15_s_and_nothing_is_left(ci_config, tmp_path):
+    cfg = ci_config.replace(steps=50, fail_rank=3, fail_step=1, world_size=4, global_batch=32)
+    with pytest.raises(JobFailed) as info:
+        run_job(cfg, progress="text", run_root=tmp_path)
+    raised_at = time.time()
+    err = info.value
+    assert err.kind == "crash" and err.rank == 3
+    assert "injected failure" in str(err) and "Traceback" in err.log_tail
+    run_dir = only_run_dir(tmp_path)
+    failed_at = [r for r in read_records(run_dir / "metrics" / "rank_3.jsonl") if r["event"] == "failure"][0]["time"]
+    assert raised_at - failed_at < 15
+    assert not processes_with_port(port_of(run_dir))
+    assert (run_dir / "logs" / "worker_3.log").exists(), "logs are kept"
+
+
+def test_timeout_ends_the_job(ci_config, tmp_path):
+    cfg = ci_config.replace(steps=100_000, timeout_s=25.0, world_size=4, global_batch=32)
+    with pytest.raises(JobFailed) as info:
+        run_job(cfg, progress="text", run_root=tmp_path)
+    assert info.value.kind == "timeout"
+    assert not processes_with_port(port_of(only_run_dir(tmp_path)))
+
+
+def test_interrupt_ends_the_job_and_is_not_a_success(ci_config, tmp_path):
+    cfg = ci_config.replace(steps=100_000, world_size=4, global_batch=32)
+    metrics = []
+
+    def interrupt_after_first_step():
+        deadline = time.time() + 240
+        while time.time() < deadline:
+            if list(tmp_path.glob("*/*/metrics/rank_0.jsonl")) and any(
+                    r["event"] == "step" for r in read_records(next(tmp_path.glob("*/*/metrics/rank_0.jsonl")))):
+                metrics.append(True)
+                break
+            time.sleep(0.5)
+        _thread.interrupt_main()
+
+    threading.Thread(target=interrupt_after_first_step, daemon=True).start()
+    with pytest.raises(JobFailed) as info:
+        run_job(cfg, progress="text", run_root=tmp_path)
+    assert metrics, "the job was training when interrupted"
+    assert info.value.kind == "interrupted"
+    assert not processes_with_port(port_of(only_run_dir(tmp_path)))
+
+
+def test_two_jobs_at_once_use_different_ports_and_folders(standin, tmp_path):
+    code = ("import sys, json; from helpers.config import job_config; from helpers.launch import run_job; "
+            "r = run_job(job_config('ci', name='twin', world_size=4, global_batch=32, steps=2), progress='none', "
+            "run_root=sys.argv[1]); print(json.dumps([r.config.master_port, str(r.run_dir), r.weights_identical]))")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(tmp_path / f"user{i}")], stdout=subprocess.PIPE, text=True)
+             for i in range(2)]
+    outs = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    assert all(p.returncode == 0 for p in procs)
+    (port_a, dir_a, ok_a), (port_b, dir_b, ok_b) = outs
+    assert port_a != port_b and dir_a != dir_b and ok_a and ok_b

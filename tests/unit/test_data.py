@@ -1,0 +1,49 @@
+import numpy as np
+import pytest
+
+from data_prep.digits import write_digits
+from helpers.config import job_config
+from helpers.data import build_dataset, prepare_data, scan_split
+from helpers.errors import DataError
+
+
+def test_standin_is_class_sorted_with_unequal_classes(standin):
+    idx = scan_split(standin, "train")
+    assert len(idx.classes) == 10
+    assert np.all(np.diff(idx.labels) >= 0), "the reader lists samples class by class"
+    counts = idx.counts
+    assert counts.max() > 1.5 * counts.min()
+    assert len(scan_split(standin, "val").labels) > 300
+
+
+def test_missing_and_empty_folders_are_named(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        scan_split(tmp_path / "nowhere")
+    (tmp_path / "train").mkdir()
+    with pytest.raises(DataError, match="no class folders"):
+        scan_split(tmp_path)
+    (tmp_path / "train" / "cat").mkdir()
+    with pytest.raises(DataError, match="cat.*no images"):
+        scan_split(tmp_path)
+
+
+def test_a_batch_larger_than_a_shard_is_refused(standin):
+    cfg = job_config("ci", global_batch=8 * 256)
+    with pytest.raises(DataError, match="fewer than one batch"):
+        prepare_data(cfg)
+
+
+def test_writer_is_idempotent_and_complete(tmp_path):
+    a = write_digits(tmp_path / "d")
+    b = write_digits(tmp_path / "d")
+    assert a == b
+    assert not (tmp_path / "d.partial").exists()
+
+
+def test_reader_yields_normalised_chw_batches_for_one_shard(standin):
+    cfg = job_config("ci")
+    data = build_dataset(cfg, "train", rank=3, world_size=8)
+    images, labels = next(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    assert images.shape == (cfg.batch_per_rank, 3, 32, 32) and images.dtype == np.float32
+    assert labels.dtype == np.int32 and labels.max() < 10
+    assert abs(float(images.mean())) < 3

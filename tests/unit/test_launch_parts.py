@@ -1,0 +1,94 @@
+"""Launcher pieces that need no process: command line, environment, metrics tailing, errors, display."""
+
+import io
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from helpers.config import job_config
+from helpers.errors import JobFailed
+from helpers.launch import find_msrun, free_port, job_env, msrun_command
+from helpers.metrics import MetricsTail, MetricsWriter, read_records
+from helpers.progress import TextProgress
+from helpers.report import md_table
+from helpers.results import load_results, record_results
+from helpers.worker import failure_kind
+
+
+def test_msrun_command_carries_the_job_contract(tmp_path):
+    cfg = job_config("ci", master_port=4242, world_size=8, local_world_size=4, node_rank=1, master_addr="10.0.0.1")
+    cmd = msrun_command(cfg, tmp_path / "config.json", tmp_path / "logs")
+    for flag in ("--worker_num=8", "--local_worker_num=4", "--master_port=4242", "--node_rank=1",
+                 "--master_addr=10.0.0.1", "--join=True", f"--log_dir={tmp_path / 'logs'}"):
+        assert flag in cmd
+    assert cmd[-3:] == ["-m", "helpers.worker", str(tmp_path / "config.json")]
+    assert cmd[cmd.index("--join=True") + 1] == "python"
+
+
+def test_env_puts_this_interpreter_first_and_quiets_glog():
+    env = job_env(job_config("ci", env={"EXTRA": 5}), "job-1", base={"PATH": "/usr/bin"})
+    assert env["PATH"].split(os.pathsep)[0] == str(Path(sys.executable).parent)
+    assert env["GLOG_v"] == "3" and env["EXTRA"] == "5" and env["COURSE_JOB_ID"] == "job-1"
+    assert env["MS_COMPILER_CACHE_ENABLE"] == "1"
+
+
+def test_msrun_is_found_next_to_the_interpreter():
+    assert Path(find_msrun()).name == "msrun"
+
+
+def test_free_ports_differ():
+    assert len({free_port() for _ in range(5)}) >= 4
+
+
+def test_metrics_tail_returns_only_new_complete_lines(tmp_path):
+    w = MetricsWriter(tmp_path, 0)
+    tail = MetricsTail(tmp_path, [0, 1])
+    w.write("step", step=0, loss=1.0)
+    assert [r["step"] for r in tail.poll()] == [0]
+    assert tail.poll() == []
+    w.write("summary", steps=1)
+    with open(tmp_path / "metrics" / "rank_0.jsonl", "a") as f:
+        f.write('{"event": "step", "half')          # a line still being written
+    assert [r["event"] for r in tail.poll()] == ["summary"]
+    assert len(read_records(tmp_path / "metrics" / "rank_0.jsonl")) == 2
+
+
+def test_job_failed_names_kind_rank_and_log():
+    err = JobFailed("oom", "RuntimeError: Memory not enough", rank=3, log_tail="line a\nline b", run_dir="/r")
+    text = str(err)
+    assert "oom" in text and "rank 3" in text and "line b" in text and "/r" in text
+    with pytest.raises(ValueError):
+        JobFailed("melted", "x")
+
+
+@pytest.mark.parametrize("text, kind", [("RuntimeError: ... Memory not enough", "oom"),
+                                        ("could not create a primitive", "oom"),
+                                        ("ValueError: bad shape", "crash")])
+def test_failure_kind(text, kind):
+    assert failure_kind(text) == kind
+
+
+def test_text_progress_prints_rank_steps_and_loss():
+    out = io.StringIO()
+    p = TextProgress("job", range(2), 3, every_s=0, stream=out)
+    p.update(0, 1, 2.5)
+    p.close("finished")
+    text = out.getvalue()
+    assert "2 ranks" in text and "2.500" in text and "finished" in text
+
+
+def test_results_are_plain_json_and_refuse_nan(tmp_path):
+    import numpy as np
+
+    data = record_results(tmp_path / "r.json", show=False, a=np.float32(1.5), b={"x": np.int64(2)}, c=(1, 2))
+    assert load_results(tmp_path / "r.json") == data == {"a": 1.5, "b": {"x": 2}, "c": [1, 2]}
+    with pytest.raises(ValueError):
+        record_results(tmp_path / "bad.json", show=False, v=float("nan"))
+    json.loads((tmp_path / "r.json").read_text())
+
+
+def test_md_table():
+    assert md_table([(1, 0.123456)], ["a", "b"]).splitlines()[-1] == "| 1 | 0.1235 |"

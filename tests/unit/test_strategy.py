@@ -1,0 +1,346 @@
+"""helpers.strategy: MindSpore strategy files for hybrid layouts, their validation, slicing and checkpoints.
+
+Everything runs in this one process on CPU: strategy files are read back with MindSpore's own reader and
+per-rank checkpoints are merged/re-split with MindSpore's ``transform_checkpoints`` (no msrun needed).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import strategy as S
+from helpers.errors import ConfigError, DataError
+
+L81, L42, L24 = S.Layout(8, 1), S.Layout(4, 2), S.Layout(2, 4)
+
+
+@pytest.fixture(scope="module")
+def net():
+    from helpers.models import build_model
+
+    return build_model("resnet18", num_classes=16, width=0.125, stem="small")
+
+
+@pytest.fixture(scope="module")
+def shapes(net):
+    return S.shapes_of(net)
+
+
+@pytest.fixture(scope="module")
+def full_params(shapes):
+    rng = np.random.default_rng(0)
+    return {n: rng.standard_normal(s).astype(np.float32) for n, s in shapes.items()}
+
+
+# ------------------------------------------------------------------------------------------- Layout
+
+
+def test_layout_groups_follow_mindspore_rank_order():
+    assert (L42.world, L42.name, L42.dev_matrix) == (8, "4x2", (4, 2))
+    assert S.Layout.parse("2x4") == L24
+    assert L42.coords(5) == (2, 1)
+    assert L42.mp_group(5) == (4, 5)
+    assert L42.dp_group(5) == (1, 3, 5, 7)
+    assert L24.mp_groups() == [(0, 1, 2, 3), (4, 5, 6, 7)]
+    assert L24.dp_groups() == [(0, 4), (1, 5), (2, 6), (3, 7)]
+    # the same coordinates MindSpore's own rank -> device-matrix mapping gives
+    from mindspore.parallel._tensor import _rank_to_coordinate
+
+    for r in range(8):
+        assert tuple(int(c) for c in _rank_to_coordinate(r, [4, 2])) == L42.coords(r)
+
+
+@pytest.mark.parametrize("bad", [(0, 2), (2, -1), (2.0, 1), (True, 2)])
+def test_layout_rejects_bad_degrees(bad):
+    with pytest.raises(ConfigError, match="Layout"):
+        S.Layout(*bad)
+
+
+def test_layout_parse_rejects_garbage():
+    with pytest.raises(ConfigError, match="4x2"):
+        S.Layout.parse("four by two")
+
+
+# ---------------------------------------------------------------------------------- build_strategy
+
+
+def test_build_strategy_splits_classifier_and_replicates_backbone(net, shapes):
+    d = S.strategy_to_dict(S.build_strategy(net, L42))
+    assert set(d) == set(shapes)                       # every parameter, BatchNorm statistics included
+    assert d["fc.weight"]["dev_matrix"] == [4, 2]
+    assert d["fc.weight"]["tensor_map"] == [0, -1]     # class rows on the mp axis (rightmost = 0)
+    assert d["fc.bias"]["tensor_map"] == [0]
+    assert d["layer4.1.conv2.weight"] == {
+        "dev_matrix": [4, 2], "tensor_map": [-1, -1, -1, -1], "param_split_shape": [], "indices_offset": [],
+        "field": 0, "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}
+
+
+def test_build_strategy_records_classifier_operator_strategies(shapes):
+    smap = S.build_strategy(shapes, L24)
+    ops = {i.node_name: [list(s.dim) for s in i.parallel_strategys.parallel_strategy]
+           for i in smap.parallel_strategy_item}
+    assert ops == {"fc/MatMul": [[2, 1], [4, 1]], "fc/BiasAdd": [[2, 4], [4]]}
+
+
+def test_build_strategy_can_split_the_last_stage_and_optimizer_state(shapes):
+    with_state = dict(shapes, **{"moments.fc.weight": shapes["fc.weight"], "global_step": (1,)})
+    d = S.strategy_to_dict(S.build_strategy(with_state, L42, split=("fc", "layer4")))
+    assert d["layer4.1.conv2.weight"]["tensor_map"] == [0, -1, -1, -1]
+    assert d["layer4.1.bn2.moving_mean"]["tensor_map"] == [0]
+    assert d["moments.fc.weight"]["tensor_map"] == [0, -1]
+    assert d["global_step"]["tensor_map"] == [-1]
+    assert d["layer3.1.conv2.weight"]["tensor_map"] == [-1, -1, -1, -1]
+
+
+def test_build_strategy_refuses_indivisible_classes_and_unknown_prefix():
+    with pytest.raises(ConfigError, match=r"'fc.weight'.*dimension 0 of size 10.*split 4"):
+        S.build_strategy({"fc.weight": (10, 8), "fc.bias": (10,)}, L24)
+    with pytest.raises(ConfigError, match="'head' matches no parameter"):
+        S.build_strategy({"fc.weight": (8, 8)}, L42, split=("head",))
+
+
+# ------------------------------------------------------------------------------------- round trip
+
+
+@pytest.mark.parametrize("layout", [L81, L42, L24], ids=lambda lay: lay.name)
+@pytest.mark.parametrize("suffix", [".ckpt", ".json"])
+def test_round_trip_through_mindspore_reader(tmp_path, net, shapes, layout, suffix):
+    from mindspore.train.node_strategy_pb2 import ParallelLayouts
+
+    smap = S.build_strategy(net, layout)
+    path = S.save_strategy(smap, tmp_path / f"strategy{suffix}", shapes)
+    read = S.read_strategy(path)                     # mindspore.parallel.build_searched_strategy
+    assert all(isinstance(v, ParallelLayouts) for v in read.values())
+    assert S.strategy_to_dict(read) == S.strategy_to_dict(smap)
+    # the list form transform_checkpoints works from: [dev_matrix, tensor_map, param_split_shape, field, ...]
+    from mindspore.parallel._parallel_serialization import _extract_layout_map
+
+    assert _extract_layout_map(str(path))["fc.weight"][:2] == [[layout.dp, layout.mp], [0, -1]]
+
+
+def test_json_has_the_fields_mindspore_writes(tmp_path, shapes):
+    path = S.save_strategy(S.build_strategy(shapes, L42), tmp_path / "s.json", shapes)
+    doc = json.loads(path.read_text())
+    assert set(doc) == {"current_stage", "parallel_strategy_item", "parallel_layout_item"}
+    assert doc["parallel_layout_item"]["fc.weight"] == {
+        "dev_matrix": [4, 2], "tensor_map": [0, -1], "tensor_shape": [16, 64], "field": 0,
+        "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}
+    assert doc["parallel_strategy_item"]["fc/MatMul"] == {"stage": 0, "parallel_strategy": [[4, 1], [2, 1]]}
+
+
+def test_json_needs_shapes_and_read_dict_converts_to_protobuf(tmp_path, shapes):
+    smap = S.build_strategy(shapes, L42)
+    with pytest.raises(ConfigError, match="tensor_shape"):
+        S.save_strategy(smap, tmp_path / "s.json")
+    read = S.read_strategy(S.save_strategy(smap, tmp_path / "a.json", shapes))
+    again = S.read_strategy(S.save_strategy(read, tmp_path / "b.ckpt"))
+    assert S.strategy_to_dict(again) == S.strategy_to_dict(smap)
+
+
+# ---------------------------------------------------------------------------- slicing conventions
+
+
+@pytest.mark.parametrize("dev,tmap,shape", [
+    ([4, 2], [0, -1], (16, 6)),
+    ([2, 4], [0, -1], (16, 6)),
+    ([2, 4], [1, 0], (4, 8)),
+    ([2, 1, 4], [0, 1], (8, 6)),        # what MindSpore records for MatMul((2,1),(4,1)) with transpose_b
+    ([8], [-1, -1, -1, -1], (4, 2, 3, 3)),
+])
+def test_shard_slice_matches_mindspore_load_tensor(dev, tmap, shape):
+    from mindspore import Tensor
+    from mindspore.parallel._tensor import _load_tensor
+
+    full = np.arange(int(np.prod(shape)), dtype=np.float32).reshape(shape)
+    world = int(np.prod(dev))
+    shards = {}
+    for r in range(world):
+        ours = S.shard_slice(full, (dev, tmap), r)
+        np.testing.assert_array_equal(ours, _load_tensor(Tensor(full), dev, tmap, rank_id=r))
+        shards[r] = ours
+    np.testing.assert_array_equal(S.merge_shards(shards, {"dev_matrix": dev, "tensor_map": tmap}), full)
+
+
+def test_merge_shards_needs_every_block_and_can_check_replicas():
+    full = np.arange(32, dtype=np.float32).reshape(8, 4)
+    lay = ([4, 2], [0, -1])
+    shards = {r: S.shard_slice(full, lay, r) for r in range(8)}
+    np.testing.assert_array_equal(S.merge_shards({0: shards[0], 1: shards[1]}, lay), full)
+    with pytest.raises(DataError, match=r"block \(1, 0\) is missing.*\[1, 3, 5, 7\]"):
+        S.merge_shards({0: shards[0], 2: shards[2]}, lay)
+    shards[6] = shards[6] + 1e-3
+    with pytest.raises(DataError, match="ranks 0 and 6"):
+        S.merge_shards(shards, lay, replica_atol=1e-6)
+
+
+def test_shard_slice_refuses_indivisible_and_bad_rank():
+    with pytest.raises(ConfigError, match="dimension 0 of size 10 is not divisible by its split 4"):
+        S.shard_slice(np.zeros((10, 3)), ([2, 4], [0, -1]), 0)
+    with pytest.raises(ConfigError, match="outside device matrix"):
+        S.shard_slice(np.zeros((8, 3)), ([4, 2], [0, -1]), 8)
+
+
+# -------------------------------------------------------------------------------------------- table
+
+
+def test_strategy_table_rows(tmp_path, shapes):
+    smap = S.build_strategy(shapes, L42)
+    pb_path = S.save_strategy(smap, tmp_path / "s.ckpt")
+    rows = {r["parameter"]: r for r in S.strategy_table(pb_path, 8, param_shapes=shapes)}
+    fc = rows["fc.weight"]
+    assert (fc["shape"], fc["dev_matrix"], fc["tensor_map"], fc["split"]) == ((16, 64), (4, 2), (0, -1), (2, 1))
+    assert fc["shard_shape"] == (8, 64) and fc["shard_numel"] == 512
+    assert fc["slices"] == {(0, 0): [0, 2, 4, 6], (1, 0): [1, 3, 5, 7]}
+    conv = rows["layer4.1.conv2.weight"]
+    assert conv["shard_shape"] == conv["shape"] and conv["slices"] == {(0, 0, 0, 0): list(range(8))}
+    # protobuf files carry no shapes; JSON files do (tensor_shape)
+    assert S.strategy_table(pb_path, 8)[0]["shape"] is None
+    json_path = S.save_strategy(smap, tmp_path / "s.json", shapes)
+    assert {r["parameter"]: r["shard_shape"] for r in S.strategy_table(json_path, 8)}["fc.bias"] == (8,)
+    with pytest.raises(ConfigError, match="world size is 4"):
+        S.strategy_table(pb_path, 4)
+
+
+# --------------------------------------------------------------------------------------- validation
+
+
+@pytest.fixture()
+def good_file(tmp_path, shapes):
+    return S.save_strategy(S.build_strategy(shapes, L42), tmp_path / "good.ckpt")
+
+
+def test_validate_accepts_a_matching_file(good_file, net):
+    assert "fc.weight" in S.validate_strategy(good_file, net, 8)
+
+
+@pytest.mark.parametrize("name,content", [
+    ("missing.ckpt", None),
+    ("empty.ckpt", b""),
+    ("corrupt.ckpt", b"\x00\x01 this is not a protobuf"),
+    ("corrupt.json", b'{"parallel_layout_item": {"fc.weight": '),
+    ("fields.json", b'{"parallel_layout_item": {"fc.weight": {"dev_matrix": [8]}}}'),
+    ("nolayouts.json", b'{"current_stage": 0}'),
+])
+def test_validate_names_an_unreadable_file(tmp_path, shapes, name, content):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    with pytest.raises(DataError, match=name):
+        S.validate_strategy(path, shapes, 8)
+
+
+def test_validate_unknown_parameter(tmp_path, shapes):
+    wrong = {("fc.weigth" if n == "fc.weight" else n): s for n, s in shapes.items()}
+    path = S.save_strategy(S.build_strategy(wrong, L42), tmp_path / "s.ckpt")
+    with pytest.raises(ConfigError, match=r"unknown parameter 'fc.weigth'.*did you mean 'fc.weight'"):
+        S.validate_strategy(path, shapes, 8)
+
+
+def test_validate_shape_not_divisible(tmp_path, shapes):
+    path = S.save_strategy(S.build_strategy(shapes, L24), tmp_path / "s.json", shapes)   # 16 classes / 4
+    ten_classes = dict(shapes, **{"fc.weight": (10, 64), "fc.bias": (10,)})
+    with pytest.raises(ConfigError) as info:
+        S.validate_strategy(path, ten_classes, 8)
+    assert "'fc.weight': dimension 0 of size 10 is not divisible by its split 4" in str(info.value)
+    assert len(info.value.problems) == 2                                 # weight and bias
+
+
+def test_validate_world_size_mismatch(good_file, shapes):
+    with pytest.raises(ConfigError, match=r"device matrix \[4, 2\] has product 8, but the world size is 4"):
+        S.validate_strategy(good_file, shapes, 4)
+
+
+def test_validate_rank_mismatch_and_missing_parameters(tmp_path, shapes):
+    flat = dict(shapes, **{"fc.weight": (16 * 64,)})
+    path = S.save_strategy(S.build_strategy(flat, L42), tmp_path / "s.ckpt")
+    with pytest.raises(ConfigError, match=r"'fc.weight': tensor_map \[0\] has 1 entries"):
+        S.validate_strategy(path, shapes, 8)
+    partial = S.save_strategy(S.build_strategy({"fc.weight": (16, 64)}, L42), tmp_path / "p.ckpt")
+    S.validate_strategy(partial, shapes, 8)                               # like only_trainable_params files
+    with pytest.raises(ConfigError, match="not in the file"):
+        S.validate_strategy(partial, shapes, 8, require_all=True)
+
+
+# ------------------------------------------------------------------------------- GPU/Ascend context
+
+
+def test_semi_auto_context_is_accepted_by_mindspore(tmp_path):
+    import mindspore as ms
+
+    kwargs = S.semi_auto_context(L42, tmp_path / "strategy.ckpt", mode="save")
+    assert kwargs == {"parallel_mode": "semi_auto_parallel", "device_num": 8, "gradients_mean": True,
+                      "dataset_strategy": "data_parallel",
+                      "strategy_ckpt_config": {"save_file": str(tmp_path / "strategy.ckpt"),
+                                               "only_trainable_params": False}}
+    assert S.semi_auto_context(L24, "s.json", mode="load")["strategy_ckpt_config"]["load_file"].endswith("s.json")
+    try:                                   # setting is accepted on CPU; only compiling under it is refused
+        ms.set_auto_parallel_context(**kwargs)
+        assert ms.get_auto_parallel_context("parallel_mode") == "semi_auto_parallel"
+        assert ms.get_auto_parallel_context("device_num") == 8
+        assert ms.get_auto_parallel_context("strategy_ckpt_config")["save_file"] == str(tmp_path / "strategy.ckpt")
+    finally:
+        ms.reset_auto_parallel_context()
+    with pytest.raises(ConfigError, match="mode"):
+        S.semi_auto_context(L42, "s.ckpt", mode="write")
+
+
+def test_classifier_shard_strategies():
+    from mindspore import nn
+
+    assert S.classifier_shard_strategy(L42) == ((4, 1), (2, 1))
+    assert S.classifier_bias_strategy(L24) == ((2, 4), (4,))
+    dense = S.shard_classifier(nn.Dense(8, 4), L42)
+    assert dense.matmul.in_strategy == ((4, 1), (2, 1))
+    assert dense.bias_add.in_strategy == ((4, 2), (2,))
+
+
+# ---------------------------------------------------------------------- merge and re-split checkpoints
+
+
+def test_merge_then_resplit_round_trip(tmp_path, shapes, full_params):
+    s42 = S.save_strategy(S.build_strategy(shapes, L42), tmp_path / "s42.ckpt")
+    s81 = S.save_strategy(S.build_strategy(shapes, L81), tmp_path / "s81.ckpt")
+    s24 = S.save_strategy(S.build_strategy(shapes, L24), tmp_path / "s24.json", shapes)
+    src = S.write_rank_checkpoints(full_params, s42, tmp_path / "run42")
+    assert S.checkpoint_arrays(src[3])["fc.weight"].shape == (8, 64)          # hand-sharded like a 4x2 run
+
+    merged = S.merge_rank_checkpoints(tmp_path / "run42", s42, tmp_path / "merged")
+    got = S.checkpoint_arrays(merged)
+    assert set(got) == set(full_params)
+    assert max(float(np.abs(got[n] - full_params[n]).max()) for n in full_params) == 0.0
+
+    for strategy_file, layout in ((s81, L81), (s24, L24)):
+        outs = S.resplit_checkpoint(merged, strategy_file, tmp_path / f"resume{layout.name}", layout.world)
+        read = S.read_strategy(strategy_file)
+        for r, path in enumerate(outs):
+            shard = S.checkpoint_arrays(path)
+            for n, full in full_params.items():
+                np.testing.assert_array_equal(shard[n], S.shard_slice(full, read[n], r), err_msg=f"{n} r{r}")
+    assert S.checkpoint_arrays(outs[5])["fc.weight"].shape == (4, 64)         # 2x4: a quarter of 16 classes
+
+
+def test_merge_and_resplit_errors(tmp_path, shapes, full_params):
+    s42 = S.save_strategy(S.build_strategy(shapes, L42), tmp_path / "s42.ckpt")
+    S.write_rank_checkpoints(full_params, s42, tmp_path / "run")
+    (tmp_path / "run" / "rank_6" / "rank6.ckpt").unlink()
+    with pytest.raises(DataError, match=r"no checkpoint for ranks \[6\]"):
+        S.merge_rank_checkpoints(tmp_path / "run", s42, tmp_path / "out")
+    with pytest.raises(ConfigError, match="over 8 ranks, not 4"):
+        S.resplit_checkpoint(tmp_path / "run" / "rank_0" / "rank0.ckpt", s42, tmp_path / "out4", 4)
+    with pytest.raises(DataError, match="does not exist"):
+        S.resplit_checkpoint(tmp_path / "nope.ckpt", s42, tmp_path / "out8", 8)
+
+
+def test_merge_refuses_sharded_parameter_missing_from_strategy(tmp_path, shapes, full_params):
+    params = dict(full_params, **{"moments.fc.weight": full_params["fc.weight"] * 0.5})
+    with_state = S.save_strategy(S.build_strategy(dict(shapes, **{"moments.fc.weight": (16, 64)}), L42),
+                                 tmp_path / "with_state.ckpt")
+    S.write_rank_checkpoints(params, with_state, tmp_path / "run")
+    net_only = S.save_strategy(S.build_strategy(shapes, L42), tmp_path / "net_only.ckpt")
+    with pytest.raises(DataError, match="'moments.fc.weight' is not in .*'fc.weight' is split"):
+        S.merge_rank_checkpoints(tmp_path / "run", net_only, tmp_path / "bad")
+    merged = S.checkpoint_arrays(S.merge_rank_checkpoints(tmp_path / "run", with_state, tmp_path / "good"))
+    np.testing.assert_array_equal(merged["moments.fc.weight"], params["moments.fc.weight"])
