@@ -5,7 +5,8 @@ backbone data parallel. On GPU/Ascend, MindSpore does that itself under ``SEMI_A
 the result in a *strategy file*; on CPU that mode is refused, so the worker builds the same layout from
 explicit collectives. Writing the layout in MindSpore's format (``ParallelStrategyMap`` of
 ``mindspore/train/node_strategy_pb2.py``) lets one file drive both paths and lets MindSpore's own tools
-(``build_searched_strategy``, ``transform_checkpoints``) read it, merge per-rank checkpoints and re-split them.
+(``build_searched_strategy``, ``transform_checkpoints``) read it, merge per-rank checkpoints and re-split
+them.
 
 MindSpore's conventions, as the installed 2.10 code reads them (``mindspore/parallel/_tensor.py``):
 
@@ -97,7 +98,8 @@ class Layout:
 
     def _check_rank(self, rank):
         if isinstance(rank, bool) or not isinstance(rank, (int, np.integer)) or not 0 <= rank < self.world:
-            raise ConfigError(f"rank must be an int in [0, {self.world}) for layout {self.name}, got {rank!r}")
+            raise ConfigError(f"rank must be an int in [0, {self.world}) for layout {self.name}, "
+                              f"got {rank!r}")
 
 
 def shapes_of(net_or_shapes) -> dict[str, tuple[int, ...]]:
@@ -109,7 +111,8 @@ def shapes_of(net_or_shapes) -> dict[str, tuple[int, ...]]:
             return {str(k): tuple(int(d) for d in v) for k, v in net_or_shapes.items()}
         except TypeError:
             raise ConfigError("param_shapes values must be shapes (sequences of ints)") from None
-    raise ConfigError(f"expected a mindspore Cell or a {{name: shape}} mapping, got {type(net_or_shapes).__name__}")
+    raise ConfigError("expected a mindspore Cell or a {name: shape} mapping, "
+                      f"got {type(net_or_shapes).__name__}")
 
 
 # How MindSpore's optimizers name the state they keep per parameter (Momentum: ``moments.<param>``,
@@ -140,12 +143,12 @@ def classifier_shard_strategy(layout: Layout) -> tuple[tuple[int, int], tuple[in
 
 
 def classifier_bias_strategy(layout: Layout) -> tuple[tuple[int, int], tuple[int]]:
-    """``in_strategy`` for ``nn.Dense``'s ``BiasAdd``: logits ``(dp, mp)``, bias split like the weight's rows."""
+    """``in_strategy`` for ``nn.Dense``'s ``BiasAdd``: logits ``(dp, mp)``, bias split like the weight."""
     return ((layout.dp, layout.mp), (layout.mp,))
 
 
 def shard_classifier(dense, layout: Layout):
-    """Put the two strategies above on an ``nn.Dense`` (GPU/Ascend ``SEMI_AUTO_PARALLEL`` path); returns it."""
+    """Put the two strategies above on an ``nn.Dense`` (GPU/Ascend ``SEMI_AUTO_PARALLEL`` path)."""
     dense.matmul.shard(classifier_shard_strategy(layout))
     if getattr(dense, "has_bias", False):
         dense.bias_add.shard(classifier_bias_strategy(layout))
@@ -179,8 +182,9 @@ def build_strategy(net_or_param_shapes, layout: Layout, split: Sequence[str] = (
             if not shape:
                 raise ConfigError(f"parameter {name!r} is a scalar and cannot be split")
             if shape[0] % layout.mp:
-                raise ConfigError(f"parameter {name!r}: dimension 0 of size {shape[0]} is not divisible by its "
-                                  f"split {layout.mp} (layout {layout.name}); choose mp dividing {shape[0]}")
+                raise ConfigError(f"parameter {name!r}: dimension 0 of size {shape[0]} is not divisible by "
+                                  f"its split {layout.mp} (layout {layout.name}); choose mp dividing "
+                                  f"{shape[0]}")
             tensor_map[0] = 0                      # axis 0 from the right of [dp, mp] = the mp axis
         item = smap.parallel_layout_item.add()
         item.param_name = name
@@ -248,7 +252,8 @@ def _layout_items(strategy) -> dict:
         return {item.param_name: item.parallel_layouts for item in strategy.parallel_layout_item}
     if isinstance(strategy, Mapping):
         return dict(strategy)
-    raise ConfigError(f"expected a ParallelStrategyMap or a read_strategy() dict, got {type(strategy).__name__}")
+    raise ConfigError("expected a ParallelStrategyMap or a read_strategy() dict, "
+                      f"got {type(strategy).__name__}")
 
 
 def strategy_to_dict(strategy) -> dict[str, dict]:
@@ -373,7 +378,7 @@ def tensor_split(dev_matrix, tensor_map) -> tuple[int, ...]:
 
 
 def rank_coords(rank: int, dev_matrix) -> tuple[int, ...]:
-    """Coordinates of ``rank`` in ``dev_matrix`` (row-major, last axis fastest, as MindSpore numbers ranks)."""
+    """Coordinates of ``rank`` in ``dev_matrix`` (row-major, last axis fastest: MindSpore's numbering)."""
     coords = []
     for size in reversed(dev_matrix):
         coords.append(rank % size)
@@ -405,7 +410,8 @@ def shard_slice(full_array, layout, rank: int) -> np.ndarray:
     full = np.asarray(full_array)
     dev, tmap = _dev_and_map(layout)
     if len(tmap) != full.ndim:
-        raise ConfigError(f"tensor_map {list(tmap)} has {len(tmap)} entries but the array has {full.ndim} dims")
+        raise ConfigError(f"tensor_map {list(tmap)} has {len(tmap)} entries but the array has "
+                          f"{full.ndim} dims")
     world = int(np.prod(dev)) if dev else 1
     if isinstance(rank, bool) or not 0 <= int(rank) < world:
         raise ConfigError(f"rank {rank!r} is outside device matrix {list(dev)} ({world} ranks)")
@@ -425,6 +431,10 @@ def merge_shards(shards, layout, replica_atol: float | None = None) -> np.ndarra
     if not items:
         raise DataError("merge_shards got no shards")
     split = tensor_split(dev, tmap)
+    world = int(np.prod(dev)) if dev else 1
+    outside = [r for r in items if not 0 <= int(r) < world]
+    if outside:
+        raise DataError(f"ranks {outside} are outside device matrix {list(dev)} ({world} ranks)")
     by_block: dict[tuple, list[int]] = {}
     for rank in sorted(items):
         by_block.setdefault(slice_index(int(rank), dev, tmap), []).append(rank)
@@ -435,7 +445,7 @@ def merge_shards(shards, layout, replica_atol: float | None = None) -> np.ndarra
     full_shape = tuple(b * s for b, s in zip(block, split))
     for index in np.ndindex(*split):
         if tuple(index) not in by_block:
-            holders = [r for r in range(int(np.prod(dev))) if slice_index(r, dev, tmap) == tuple(index)]
+            holders = [r for r in range(world) if slice_index(r, dev, tmap) == tuple(index)]
             raise DataError(f"block {tuple(index)} is missing: it needs one of ranks {holders}")
     first = np.asarray(items[next(iter(items))])
     full = np.empty(full_shape, dtype=first.dtype)
@@ -443,7 +453,8 @@ def merge_shards(shards, layout, replica_atol: float | None = None) -> np.ndarra
         ref = np.asarray(items[ranks[0]])
         if replica_atol is not None:
             for r in ranks[1:]:
-                diff = float(np.max(np.abs(np.asarray(items[r], dtype=np.float64) - ref))) if ref.size else 0.0
+                other = np.asarray(items[r], dtype=np.float64)
+                diff = float(np.max(np.abs(other - ref))) if ref.size else 0.0
                 if diff > replica_atol:
                     raise DataError(f"ranks {ranks[0]} and {r} hold block {index} but differ by {diff:.3g} "
                                     f"(> {replica_atol})")
@@ -653,9 +664,9 @@ def _check_unlisted_params(src, strategy, strategy_file):
         head, _, base = name.partition(".")
         if head in OPTIMIZER_STATE_PREFIXES and base in strategy:
             if any(k != -1 for k in layout_to_dict(strategy[base], base)["tensor_map"]):
-                raise DataError(f"{name!r} is not in {strategy_file}, but {base!r} is split there, so each "
-                                f"rank holds a slice of it; build the strategy from the network and optimizer "
-                                f"parameter shapes (it splits {name!r} like {base!r})")
+                raise DataError(f"{name!r} is not in {strategy_file}, but {base!r} is split there, so "
+                                "each rank holds a slice of it; build the strategy from the network and "
+                                f"optimizer parameter shapes (it splits {name!r} like {base!r})")
 
 
 def merge_rank_checkpoints(src_dir, strategy_file, dst_dir, prefix: str = "merged") -> Path:
@@ -668,7 +679,8 @@ def merge_rank_checkpoints(src_dir, strategy_file, dst_dir, prefix: str = "merge
     world = _strategy_world(strategy_file)
     src, dst = _safe_dir(src_dir, "src_dir"), _safe_dir(dst_dir, "dst_dir")
     if os.path.realpath(src) == os.path.realpath(dst):
-        raise ConfigError("dst_dir must differ from src_dir (the merged rank_0 would overwrite rank 0's files)")
+        raise ConfigError("dst_dir must differ from src_dir (the merged rank_0 would overwrite rank 0's "
+                          "files)")
     missing = [r for r in range(world) if not list((Path(src) / f"rank_{r}").glob("*.ckpt"))]
     if missing:
         raise DataError(f"{src}: no checkpoint for ranks {missing} (expected rank_<r>/*.ckpt for "
