@@ -44,7 +44,7 @@ class JobConfig:
     arch: str = "resnet18"
     width: float = 0.125
     stem: str = "small"
-    conv_impl: str = "im2col"
+    conv_impl: str = "auto"                   # "native", "im2col", or "auto": measured per machine (helpers.conv_choice)
     lr: float = 0.05
     momentum: float = 0.9
     weight_decay: float = 1e-4
@@ -79,6 +79,8 @@ class JobConfig:
             bad("device_target", f"must be one of {DEVICE_TARGETS}")
         if self.task not in TASKS:
             bad("task", f"must be one of {TASKS}")
+        if self.conv_impl not in ("auto", "native", "im2col"):
+            bad("conv_impl", "must be 'auto', 'native' or 'im2col'")
         if self.sampler not in SAMPLERS:
             bad("sampler", f"must be one of {SAMPLERS}")
         if self.world_size < 1:
@@ -125,10 +127,10 @@ class JobConfig:
 FUSE_ALL = {"allreduce": {"mode": "auto", "config": None}}
 PRESETS: dict[str, dict] = {
     "ci": dict(device_target="CPU", arch="resnet18", width=0.125, stem="small", image_size=32,
-               global_batch=64, steps=4, conv_impl="im2col", data_dir="data/digits", timeout_s=600.0,
+               global_batch=64, steps=4, conv_impl="auto", data_dir="data/digits", timeout_s=600.0,
                comm_fusion=FUSE_ALL),
     "cpu": dict(device_target="CPU", arch="resnet18", width=0.25, stem="small", image_size=32,
-                global_batch=128, steps=30, conv_impl="im2col", data_dir="data/digits", timeout_s=1800.0,
+                global_batch=128, steps=30, conv_impl="auto", data_dir="data/digits", timeout_s=1800.0,
                 comm_fusion=FUSE_ALL),
     "gpu8": dict(device_target="GPU", arch="resnet50", width=1.0, stem="imagenet", image_size=224,
                  global_batch=256, steps=500, conv_impl="native", data_dir="/data/imagenet",

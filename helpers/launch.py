@@ -287,6 +287,10 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
         from helpers.data import prepare_data
 
         prepare_data(cfg)
+    if cfg.conv_impl == "auto":
+        from helpers.conv_choice import resolve_conv_impl
+
+        cfg = cfg.replace(conv_impl=resolve_conv_impl(cfg)[0])
     msrun = find_msrun()
     run_dir = new_run_dir(cfg.chapter, cfg.name, run_root)
     if cfg.master_port == 0:

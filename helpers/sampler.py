@@ -6,22 +6,25 @@ so with ``shuffle=False`` every global step sees one or two classes, and with ``
 shard's class mix drifts from the global one. ``DistributedSampler`` has no class argument (the
 ``class_column=`` of the source blog does not exist), so the fix is a sampler of our own.
 
-How :func:`stratified_shards` splits (all vectorised numpy, one call yields every shard):
+How :func:`stratified_shards` splits (vectorised numpy over samples; one call yields every shard):
 
-1. a seeded shuffle inside each class, classes laid end to end in a seeded random order;
-2. this class-grouped sequence is dealt round robin (position ``p`` goes to shard ``(p + r) % n``, ``r`` a
-   seeded rotation): each class's samples go to the shards in turn, so two shards' counts of a class
-   differ by at most 1, and shard lengths differ by at most 1;
-3. every sample gets a *stratified time*: the ``j``-th sample of a class of ``n_c`` lies at a uniformly
+1. a seeded shuffle inside each class; classes laid end to end in a seeded random order.
+2. equal lengths: the total is brought to a multiple of ``num_shards`` (or of ``global_batch`` when
+   given, so that ``batch(drop_remainder=True)`` loses nothing and every rank runs the same number of
+   full steps). ``remainder="pad"`` (default, like ``DistributedSampler``) adds copies, ``"drop"`` leaves
+   samples out; either way fewer than ``num_shards`` (or ``global_batch``) samples per epoch, chosen as a
+   systematic sample of the shuffled class-grouped order, so in proportion to the class sizes and at
+   random inside a class. A copy sits next to its original and so goes to another shard.
+3. deal each class round robin over the shards: its ``j``-th sample goes to shard ``table[c, j % n]``
+   (``table[c]`` a permutation of the shards), so any two shards' counts of a class differ by at most 1.
+   Which shards get a class's last, incomplete round is chosen greedily (largest classes' leftovers
+   first) to keep every shard's class mix equally close to the global one: each shard ends up near the
+   rounding floor of the total-variation distance, not just on average.
+4. every sample gets a *stratified time*: the ``j``-th sample of a class of ``n_c`` lies at a uniformly
    random point of ``[j/n_c, (j+1)/n_c)``; each shard reads its samples in time order. A class is thus
    spread evenly over the epoch on every shard, staggered between shards, so the positions
    ``[i*b, (i+1)*b)`` of all shards (global step ``i``) hold the classes in their global proportions
-   instead of class blocks;
-4. equal lengths: with ``remainder="pad"`` (default, like ``DistributedSampler``) each shorter shard gets
-   one extra sample, a copy of a sample held by another shard, of a class the shorter shard holds one
-   fewer of (so the at-most-1 rule still holds), placed at a random point of its order. With
-   ``remainder="drop"`` each longer shard leaves out one sample, of a class it holds one more of.
-   Either way at most ``num_shards - 1`` samples per epoch are copied (pad) or unseen (drop).
+   instead of class blocks.
 
 Classes with fewer samples than shards cannot reach every shard: that is an error unless
 ``small_class="drop"`` (those samples are left out) or ``"repeat"`` (their samples are repeated, cycling
@@ -31,7 +34,6 @@ The result is deterministic for ``(seed, epoch)`` and changes with the epoch.
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Sequence
 
@@ -86,13 +88,13 @@ def _class_name(c: int, class_names: Sequence[str] | None) -> str:
 
 
 # ------------------------------------------------------------------------------------- the stratified split
-def _pool(labels: np.ndarray, num_shards: int, small_class: str, class_names) -> np.ndarray:
-    """Sample indices to split: all of them, minus or plus (repeats of) the classes smaller than the shards."""
-    counts = np.bincount(labels)
+def _pool(labels: np.ndarray, counts: np.ndarray, num_shards: int, small_class: str,
+          class_names) -> np.ndarray | None:
+    """Sample indices to split when they are not simply all of them (``None``): the classes smaller than
+    the number of shards left out, or their samples repeated (cycling) up to ``num_shards``."""
     small = np.flatnonzero((counts > 0) & (counts < num_shards))
-    everything = np.arange(labels.size, dtype=np.int64)
     if small.size == 0:
-        return everything
+        return None
     if small_class == "error":
         listed = ", ".join(f"class {_class_name(c, class_names)} has {counts[c]}" for c in small[:5])
         more = f" and {small.size - 5} more" if small.size > 5 else ""
@@ -102,21 +104,99 @@ def _pool(labels: np.ndarray, num_shards: int, small_class: str, class_names) ->
     is_small = np.zeros(counts.size, dtype=bool)
     is_small[small] = True
     if small_class == "drop":
-        kept = everything[~is_small[labels]]
+        kept = np.flatnonzero(~is_small[labels])
         if kept.size == 0:
             raise DataError(f"the dataset is empty after small_class='drop': every class has fewer than "
                             f"{num_shards} samples")
         return kept
     extra = [np.resize(np.flatnonzero(labels == c), num_shards)[counts[c]:] for c in small]
-    return np.concatenate([everything, *extra])
+    return np.concatenate([np.arange(labels.size), *extra])
+
+
+def _shuffle_within_classes(pool: np.ndarray, pool_labels: np.ndarray, counts: np.ndarray,
+                            class_rank: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """``pool`` grouped by class, classes in ``class_rank`` order, a uniform random order inside each.
+
+    Usual case (classes of similar size): one row per class in a padded matrix, ``rng.permuted`` shuffles
+    every row at once (cache-friendly), padding removed. Very unequal classes would make that matrix
+    large, so then: a stable radix sort on 16-bit random keys, then one on the class rank.
+    """
+    index_type = np.int32 if pool.size < 2**31 else np.int64
+    if counts.size * int(counts.max()) <= max(4 * pool.size, 1 << 20):
+        if np.all(pool_labels[1:] >= pool_labels[:-1]):            # reader order is already class-sorted
+            by_label, sorted_labels = pool, pool_labels
+        else:
+            o = np.argsort(pool_labels, kind="stable")
+            by_label, sorted_labels = pool[o], pool_labels[o]
+        within = np.arange(pool.size) - np.repeat(np.cumsum(counts) - counts, counts)
+        rows = np.full((counts.size, int(counts.max())), -1, dtype=index_type)
+        rows[class_rank[sorted_labels], within] = by_label
+        rows = rng.permuted(rows, axis=1)
+        return rows[rows >= 0]
+    key = class_rank.astype(np.uint16 if counts.size <= 65536 else np.int64)[pool_labels]
+    order = np.argsort(rng.integers(0, 65536, pool.size, dtype=np.uint16), kind="stable")
+    return pool[order[np.argsort(key[order], kind="stable")]].astype(index_type)
+
+
+def _adjust_length(grouped: np.ndarray, sizes: np.ndarray, unit: int, remainder: str,
+                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    """Pad (copies) or trim ``grouped`` to a multiple of ``unit``; ``sizes`` are the class block sizes.
+
+    The samples copied or left out are a systematic sample of the class-grouped order (every ``M/d``-th
+    position from a random start), hence spread over the classes in proportion to their sizes.
+    """
+    total = grouped.size
+    target = unit * (-(-total // unit) if remainder == "pad" else total // unit)
+    if target == 0:
+        raise DataError(f"{total} samples cannot fill one round of {unit} with remainder='drop' "
+                        f"(use remainder='pad', fewer shards or a smaller global batch)")
+    d = abs(target - total)
+    if d == 0:
+        return grouped, sizes
+    pos = ((np.arange(d) + rng.random()) * (total / d)).astype(np.int64)
+    block = np.repeat(np.arange(sizes.size), sizes)[pos]
+    if remainder == "pad":
+        return np.insert(grouped, pos + 1, grouped[pos]), sizes + np.bincount(block, minlength=sizes.size)
+    return np.delete(grouped, pos), sizes - np.bincount(block, minlength=sizes.size)
+
+
+def _deal_table(sizes: np.ndarray, share: np.ndarray, num_shards: int, rng: np.random.Generator) -> np.ndarray:
+    """``(classes, num_shards)``: the shard each position ``j % num_shards`` of a class goes to.
+
+    Full rounds reach every shard whatever the order. A class's last round of ``r`` samples goes to the
+    ``r`` shards that have (a) the most room left for leftovers (keeps lengths equal; always feasible)
+    and (b) the smallest distance so far from the global mix. ``share`` is each class's global
+    proportion: a leftover of class c moves its shard's distance by ``|1-delta| - |delta|``, with
+    ``delta = length * share - full_rounds``.
+    """
+    n_classes = sizes.size
+    table = (np.arange(num_shards)[None, :] + rng.integers(num_shards, size=(n_classes, 1))) % num_shards
+    rounds, left = np.divmod(sizes, num_shards)
+    delta = (sizes.sum() // num_shards) * share - rounds
+    gain = np.abs(1 - delta) - np.abs(delta)
+    room = [int(left.sum() // num_shards)] * num_shards
+    load = [0.0] * num_shards
+    tie = rng.random(num_shards).tolist()
+    todo = np.flatnonzero(left)
+    for c in todo[np.argsort(-np.abs(gain[todo]), kind="stable")].tolist():
+        g, r = float(gain[c]), int(left[c])
+        sign = 1.0 if g >= 0 else -1.0
+        best = sorted(range(num_shards), key=lambda k: (-room[k], sign * load[k], tie[k]))
+        for k in best[:r]:
+            room[k] -= 1
+            load[k] += g
+        table[c] = best
+    return table
 
 
 def stratified_shards(labels, num_shards: int, seed: int = 0, epoch: int = 0, remainder: str = "pad",
-                      small_class: str = "error", class_names: Sequence[str] | None = None) -> list[np.ndarray]:
+                      small_class: str = "error", global_batch: int | None = None,
+                      class_names: Sequence[str] | None = None) -> list[np.ndarray]:
     """Every shard's sample indices (int64, in reading order) for one epoch; see the module docstring.
 
-    ``labels[i]`` is the class of dataset sample ``i`` (the reader's order). ``class_names`` only makes
-    error messages readable. One call costs the same as one shard, so the sampler computes all of them.
+    ``labels[i]`` is the class of dataset sample ``i`` (the reader's order). ``global_batch`` (a multiple
+    of ``num_shards``) makes the shard length a multiple of the per-rank batch. ``class_names`` only makes
+    error messages readable. One call costs about as much as one shard, so the sampler computes them all.
     """
     labels = check_labels(labels)
     num_shards = _check_int("num_shards", num_shards, 1)
@@ -124,65 +204,53 @@ def stratified_shards(labels, num_shards: int, seed: int = 0, epoch: int = 0, re
     epoch = _check_int("epoch", epoch, 0)
     _check_choice("remainder", remainder, REMAINDER_MODES)
     _check_choice("small_class", small_class, SMALL_CLASS_MODES)
+    unit = num_shards
+    if global_batch is not None:
+        unit = _check_int("global_batch", global_batch, 1)
+        if unit % num_shards:
+            raise ConfigError(f"global_batch={unit} is not a multiple of num_shards={num_shards}")
 
-    pool = _pool(labels, num_shards, small_class, class_names)
-    pool_labels = labels[pool] if pool.size != labels.size else labels
-    n_classes = int(labels.max()) + 1
+    dataset_counts = np.bincount(labels)
+    pool = _pool(labels, dataset_counts, num_shards, small_class, class_names)
+    pool, pool_labels = (np.arange(labels.size), labels) if pool is None else (pool, labels[pool])
+    counts = np.bincount(pool_labels, minlength=dataset_counts.size)
     rng = np.random.default_rng([seed, epoch])
 
-    # 1. classes end to end in a random order, a random order inside each class: two stable radix sorts
-    #    (16-bit random keys, then the class's rank; ties of the random key keep the reader's order)
-    class_rank = rng.permutation(n_classes)
-    by_rank = np.argsort(class_rank)                                   # class id at each rank
-    key = class_rank.astype(np.uint16 if n_classes <= 65536 else np.int64)[pool_labels]
-    order = np.argsort(rng.integers(0, 65536, pool.size, dtype=np.uint16), kind="stable").astype(np.int64)
-    order = order[np.argsort(key[order], kind="stable")]
-    grouped = pool[order] if pool.size != labels.size else order
+    # 1. classes end to end in a random order (by_rank), a uniform random order inside each class
+    class_rank = rng.permutation(counts.size)
+    grouped = _shuffle_within_classes(pool, pool_labels, counts, class_rank, rng)
+    by_rank = np.argsort(class_rank)
+    sizes = counts[by_rank]
 
-    # 2. class of each grouped position, its rank j inside the class, and its stratified time, quantised
-    #    to 16 bits so that each shard's time order is one more radix sort
-    counts = np.bincount(pool_labels, minlength=n_classes)
-    size_by_rank = counts[by_rank]
-    starts = np.zeros(n_classes, dtype=np.int64)
-    starts[by_rank] = np.cumsum(size_by_rank) - size_by_rank
-    grouped_labels = np.repeat(by_rank, size_by_rank)
-    j = np.arange(pool.size, dtype=np.float32) - np.repeat(starts[by_rank], size_by_rank).astype(np.float32)
-    scale = np.repeat((65536.0 / np.maximum(size_by_rank, 1)).astype(np.float32), size_by_rank)
-    time = np.minimum((j + rng.random(pool.size, dtype=np.float32)) * scale, 65535).astype(np.uint16)
+    # 2. equal shard lengths (and whole batches with global_batch)
+    grouped, sizes = _adjust_length(grouped, sizes, unit, remainder, rng)
 
-    # 3. deal round robin: shard k takes the positions p with (p + rotation) % num_shards == k, so shard k
-    #    holds counts // n + 1 of a class when (k - start - rotation) % n < counts % n, else counts // n
-    rotation = int(rng.integers(num_shards))
-    slices = [slice((k - rotation) % num_shards, None, num_shards) for k in range(num_shards)]
-    shard_ids = np.arange(num_shards)[:, None]
-    hist = counts // num_shards + ((shard_ids - starts - rotation) % num_shards < counts % num_shards)
-    long_len = math.ceil(pool.size / num_shards)
-    short_len = pool.size // num_shards
-    if short_len == 0 and remainder == "drop":
-        raise DataError(f"{pool.size} samples cannot fill {num_shards} shards with remainder='drop'")
+    # 3. the shard of every position: table[class, j % num_shards], j its rank inside the class
+    rank = np.repeat(np.arange(sizes.size), sizes)
+    j = np.arange(grouped.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
+    table = _deal_table(sizes, dataset_counts[by_rank] / labels.size, num_shards, rng)
+    shard_type = np.uint8 if num_shards <= 256 else np.uint16 if num_shards <= 65536 else np.int64
+    shard = table.astype(shard_type)[rank, j % num_shards]
 
-    shards = []
-    for k, s in enumerate(slices):
-        idx, t = grouped[s], time[s]
-        if remainder == "pad" and idx.size < long_len:
-            c = int(rng.choice(np.flatnonzero(hist[k] < hist.max(axis=0))))
-            # the first sample of class c in the grouped order went to a shard holding one more of c
-            idx = np.append(idx, grouped[starts[c]])
-            t = np.append(t, rng.integers(0, 65536, dtype=np.uint16))
-        ordered = idx[np.argsort(t, kind="stable")]
-        if remainder == "drop" and idx.size > short_len:
-            c = int(rng.choice(np.flatnonzero(hist[k] > hist.min(axis=0))))
-            last = np.flatnonzero(labels[ordered] == c)[-1]    # leave out this shard's last sample of c
-            ordered = np.delete(ordered, last)
-        shards.append(ordered)
-    return shards
+    # 4. stratified time: round m = j // n of a class of Q = ceil(n_c / n) rounds holds the strata
+    #    [m/Q, (m+1)/Q), split in n slots; residue j % n takes slot (j % n + offset_c) % n, offset_c random,
+    #    at a uniform point inside it. A class's shards are thus staggered, evenly spaced on each shard,
+    #    and no shard runs systematically ahead. Quantised to 16 bits, then two stable radix sorts.
+    slots = (num_shards * -(-sizes // num_shards)).astype(np.float32)
+    offset = rng.integers(num_shards, size=sizes.size)
+    stratum = j - j % num_shards + (j + offset[rank]) % num_shards
+    time = (stratum.astype(np.float32) + rng.random(grouped.size, dtype=np.float32)) / slots[rank]
+    time = np.minimum(time * 65536, 65535).astype(np.uint16)
+    order = np.argsort(time, kind="stable")
+    order = order[np.argsort(shard[order], kind="stable")]
+    return [part.astype(np.int64) for part in np.split(grouped[order], num_shards)]
 
 
 # ------------------------------------------------------------------------------------------- the sampler
 class StratifiedDistributedSampler(ds.Sampler):
     """One rank's share of :func:`stratified_shards`, as a ``mindspore.dataset`` sampler.
 
-    Use it as ``sampler=`` on ``ImageFolderDataset``, ``GeneratorDataset`` (random-access source) or
+    The shard length is the same every epoch (``len(sampler)``). Use it as ``sampler=`` on ``ImageFolderDataset``, ``GeneratorDataset`` (random-access source) or
     ``NumpySlicesDataset``, with ``num_shards``/``shard_id``/``shuffle`` left unset. Every rank must pass
     the same labels, seed and epoch, and its own ``shard_id``.
 
@@ -193,7 +261,7 @@ class StratifiedDistributedSampler(ds.Sampler):
     """
 
     def __init__(self, labels, num_shards: int, shard_id: int, seed: int = 0, epoch: int = 0,
-                 remainder: str = "pad", small_class: str = "error",
+                 remainder: str = "pad", small_class: str = "error", global_batch: int | None = None,
                  class_names: Sequence[str] | None = None):
         self.labels = check_labels(labels)
         self.num_shards = _check_int("num_shards", num_shards, 1)
@@ -202,6 +270,7 @@ class StratifiedDistributedSampler(ds.Sampler):
         self.epoch = _check_int("epoch", epoch, 0)
         self.remainder = _check_choice("remainder", remainder, REMAINDER_MODES)
         self.small_class = _check_choice("small_class", small_class, SMALL_CLASS_MODES)
+        self.global_batch = global_batch
         self.class_names = tuple(class_names) if class_names is not None else None
         self._cached: tuple[int, np.ndarray] | None = None
         super().__init__(num_samples=len(self.indices()))   # same length every epoch
@@ -224,8 +293,9 @@ class StratifiedDistributedSampler(ds.Sampler):
         epoch = self.epoch if epoch is None else _check_int("epoch", epoch, 0)
         if self._cached is not None and self._cached[0] == epoch:
             return self._cached[1]
-        shard = stratified_shards(self.labels, self.num_shards, self.seed, epoch, self.remainder,
-                                  self.small_class, self.class_names)[self.shard_id]
+        shard = stratified_shards(self.labels, self.num_shards, self.seed, epoch, remainder=self.remainder,
+                                  small_class=self.small_class, global_batch=self.global_batch,
+                                  class_names=self.class_names)[self.shard_id]
         self._cached = (epoch, shard)
         return shard
 
@@ -269,7 +339,7 @@ def _real_distributed_sampler(n: int, num_shards: int, shard_id: int, shuffle: b
     if method == "iterate":
         rows = data.create_tuple_iterator(num_epochs=1, output_numpy=True)
         return np.fromiter((int(r[0]) for r in rows), dtype=np.int64)
-    length = math.ceil(n / num_shards)
+    length = -(-n // num_shards)
     return np.fromiter((int(data[i][0]) for i in range(length)), dtype=np.int64, count=length)
 
 
@@ -300,7 +370,7 @@ def shard_indices(kind: str, labels, num_shards: int, seed: int = 0, *, method: 
         blocks = np.array_split(np.arange(n, dtype=np.int64), num_shards)
         return [blocks[k] for k in wanted]
     if kind == "distributed":
-        length = math.ceil(n / num_shards)
+        length = -(-n // num_shards)
         return [(np.arange(length, dtype=np.int64) * num_shards + k) % n for k in wanted]
     if kind == "distributed_shuffle":
         return [_real_distributed_sampler(n, num_shards, k, True, seed, method) for k in wanted]

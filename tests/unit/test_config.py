@@ -15,9 +15,9 @@ def test_none_overrides_leave_the_preset_value():
     assert job_config("ci", arch="resnet50").arch == "resnet50"
 
 
-def test_gpu8_preset_uses_the_native_kernel_and_cpu_presets_im2col():
+def test_gpu8_preset_uses_the_native_kernel_and_cpu_presets_measure_it():
     assert job_config("gpu8").conv_impl == "native"
-    assert job_config("ci").conv_impl == job_config("cpu").conv_impl == "im2col"
+    assert job_config("ci").conv_impl == job_config("cpu").conv_impl == "auto"
 
 
 @pytest.mark.parametrize("overrides, field", [

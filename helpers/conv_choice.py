@@ -1,0 +1,100 @@
+"""Choose the faster convolution for this CPU by measuring it (``conv_impl="auto"``).
+
+Which kernel MindSpore's CPU ``Conv2d`` lands in depends on the processor: on one machine oneDNN picked
+its reference kernel for 3x3 convolutions (``jit_uni_ncsp:conv+ref:any``, ~1 GFLOP/s) and im2col + MatMul
+made a whole ResNet step ~10x faster; on another (AMD EPYC, oneDNN ``gemm:jit``) the native kernel was
+1.7x *faster* than im2col for the ci/cpu presets' model. So the course does not assume: ``auto`` times one
+training step of the job's own model (per-rank batch, one thread, after compilation) with each
+implementation in a subprocess, picks the faster, and caches the answer per machine and model in
+``runs/conv_choice.json``. On GPU/Ascend ``auto`` means ``native``.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+from helpers.paths import resolve
+
+CACHE = "runs/conv_choice.json"
+
+
+def _cpu_name() -> str:
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threads=1) -> float:
+    """Seconds per training step (median of ``repeats`` after a compile/warm-up step), this process."""
+    import mindspore as ms
+    from mindspore import nn
+    from mindspore.device_context.cpu.op_tuning import threads_num
+
+    from helpers.models import build_model
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    threads_num(threads)
+    ms.set_seed(0)
+    net = build_model(arch, 10, width, stem, impl)
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.01, 0.9))
+    step.set_train()
+    rng = np.random.default_rng(0)
+    x = ms.Tensor(rng.standard_normal((batch, 3, image_size, image_size)).astype(np.float32))
+    y = ms.Tensor(rng.integers(0, 10, batch).astype(np.int32))
+    step(x, y).asnumpy()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step(x, y).asnumpy()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _key(cfg) -> str:
+    return json.dumps([_cpu_name(), cfg.arch, cfg.width, cfg.stem, cfg.image_size, cfg.batch_per_rank])
+
+
+def measure(cfg) -> dict:
+    """Both implementations timed in fresh subprocesses (MindSpore state stays out of the caller)."""
+    out = {}
+    for impl in ("native", "im2col"):
+        code = ("import json,sys; from helpers.conv_choice import time_train_step; "
+                "print(json.dumps(time_train_step(*json.loads(sys.argv[1]))))")
+        args = json.dumps([cfg.arch, cfg.width, cfg.stem, cfg.image_size, cfg.batch_per_rank, impl])
+        res = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=True,
+                             env={**__import__("os").environ, "GLOG_v": "3"})
+        out[impl] = float(res.stdout.strip().splitlines()[-1])
+    return out
+
+
+def resolve_conv_impl(cfg) -> tuple[str, dict]:
+    """(impl, evidence): ``cfg.conv_impl`` unless it is ``auto``; then measured (and cached) on CPU."""
+    if cfg.conv_impl != "auto":
+        return cfg.conv_impl, {"reason": "set in the config"}
+    if cfg.device_target != "CPU":
+        return "native", {"reason": f"native kernels are the fast ones on {cfg.device_target}"}
+    path = resolve(CACHE)
+    cache = json.loads(path.read_text()) if path.exists() else {}
+    key = _key(cfg)
+    if key not in cache:
+        times = measure(cfg)
+        cache[key] = {"seconds_per_step": times, "cpu": _cpu_name(), "measured": time.strftime("%Y-%m-%d %H:%M")}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(cache, indent=1))
+    entry = cache[key]
+    times = entry["seconds_per_step"]
+    impl = min(times, key=times.get)
+    return impl, {"reason": "measured on this CPU (one train step of this model, per-rank batch, 1 thread)",
+                  **entry}
