@@ -53,6 +53,9 @@ class JobConfig:
     # set_auto_parallel_context(comm_fusion=...); {} (empty) leaves MindSpore's default: one AllReduce per
     # gradient tensor. The CPU presets fuse them all ("auto"): measured 3x faster steps on the ci model.
     comm_fusion: dict | None = None
+    # chapter switches (each read by the module that implements it)
+    profile: bool = False                     # mindspore.profiler on every rank (helpers.worker.profiling_session)
+    profile_skip_steps: int = 1               # steps not profiled first (graph compilation)
     # runtime
     threads_per_rank: int = 1
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
@@ -97,6 +100,8 @@ class JobConfig:
             bad("image_size", "must be at least 8 pixels")
         if self.timeout_s <= 0:
             bad("timeout_s", "must be positive")
+        if self.profile and self.steps <= self.profile_skip_steps:
+            bad("steps", f"must exceed profile_skip_steps={self.profile_skip_steps} to profile anything")
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
             bad("fail_rank", "must be a rank of the job")
         return self

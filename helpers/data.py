@@ -87,12 +87,35 @@ def _transforms(image_size: int, train: bool, imagenet_stem: bool):
     return ops + [vision.Normalize(IMAGENET_MEAN, IMAGENET_STD), vision.HWC2CHW()]
 
 
+def train_sharding(cfg, rank: int, world_size: int) -> dict:
+    """How one rank reads the train split, by ``cfg.sampler`` (the four strategies of chapter 01):
+
+    - ``distributed_shuffle`` / ``distributed``: MindSpore's own sharding (``num_shards``/``shard_id``, an
+      interleaving ``DistributedSampler``) with ``shuffle`` True / False;
+    - ``contiguous``: the naive split the source blog describes: rank r reads the r-th consecutive block of
+      the (class-sorted) listing, in order (``SubsetSampler``);
+    - ``stratified``: ``helpers.sampler.StratifiedDistributedSampler``, labels from the folder listing.
+    """
+    import mindspore.dataset as ds
+
+    from helpers.sampler import StratifiedDistributedSampler, shard_indices
+
+    if cfg.sampler in ("distributed_shuffle", "distributed"):
+        return dict(num_shards=world_size, shard_id=rank, shuffle=cfg.sampler == "distributed_shuffle")
+    if cfg.sampler == "contiguous":
+        labels = scan_split(cfg.data_dir, "train").labels
+        (block,) = shard_indices("contiguous", labels, world_size, cfg.seed, shards=[rank])
+        return dict(sampler=ds.SubsetSampler(block.tolist()))
+    return dict(sampler=StratifiedDistributedSampler.from_image_folder(
+        resolve(cfg.data_dir) / "train", world_size, rank, seed=cfg.seed, global_batch=cfg.global_batch))
+
+
 def build_dataset(cfg, split: str, rank: int, world_size: int, sampler=None, batch_size: int | None = None,
                   drop_remainder: bool = True):
     """A batched ``ImageFolderDataset`` for one rank.
 
-    Without ``sampler`` the split is MindSpore's own sharding (``num_shards``/``shard_id``: an
-    interleaving ``DistributedSampler``), shuffled for training. Chapter 01 passes other samplers.
+    The train split is sharded by ``cfg.sampler`` (``train_sharding``); the held-out split by MindSpore's
+    ``num_shards``/``shard_id`` without shuffling. An explicit ``sampler`` overrides both.
     """
     import mindspore as ms
     import mindspore.dataset as ds
@@ -103,8 +126,10 @@ def build_dataset(cfg, split: str, rank: int, world_size: int, sampler=None, bat
     kwargs = dict(num_parallel_workers=cfg.dataset_workers, decode=False)
     if sampler is not None:
         kwargs["sampler"] = sampler
+    elif train:
+        kwargs.update(train_sharding(cfg, rank, world_size))
     else:
-        kwargs.update(num_shards=world_size, shard_id=rank, shuffle=train)
+        kwargs.update(num_shards=world_size, shard_id=rank, shuffle=False)
     data = ds.ImageFolderDataset(str(root), **kwargs)
     data = data.map(_transforms(cfg.image_size, train, cfg.stem == "imagenet"), input_columns="image",
                     num_parallel_workers=cfg.dataset_workers)

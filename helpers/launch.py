@@ -287,7 +287,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
         from helpers.data import prepare_data
 
         prepare_data(cfg)
-    if cfg.conv_impl == "auto":
+    if cfg.conv_impl == "auto" and cfg.task == "train":
         from helpers.conv_choice import resolve_conv_impl
 
         cfg = cfg.replace(conv_impl=resolve_conv_impl(cfg)[0])

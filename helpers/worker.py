@@ -58,6 +58,29 @@ def _setup_runtime(cfg: JobConfig):
         threads_num(cfg.threads_per_rank)
 
 
+def profiling_session(cfg: JobConfig, run_dir: Path):
+    """``mindspore.profiler.profile`` on this rank when ``cfg.profile``, else a no-op with ``step()``.
+
+    The schedule skips ``profile_skip_steps`` (graph compilation) and profiles the remaining steps; each
+    rank writes under ``<run_dir>/profile/`` (on CPU: ``trace_view.json`` plus the CPU op tables).
+    """
+    import contextlib
+
+    if not cfg.profile:
+        class _Off(contextlib.nullcontext):
+            def step(self):
+                pass
+
+        return _Off()
+    from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.NPU] if cfg.device_target == "Ascend" else [])
+    active = cfg.steps - cfg.profile_skip_steps
+    return profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=active, repeat=1,
+                                                            skip_first=cfg.profile_skip_steps),
+                   on_trace_ready=tensorboard_trace_handler(str(run_dir / "profile")))
+
+
 def _build_train_step(cfg: JobConfig, num_classes: int):
     import mindspore as ms
     from mindspore import nn
@@ -127,6 +150,21 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     net, step = _build_train_step(cfg, num_classes)
     it = data.create_tuple_iterator(num_epochs=-1)
     t_start = time.perf_counter()
+    with profiling_session(cfg, run_dir) as prof:
+        step_times = _loop(cfg, rank, step, it, num_classes, out, prof)
+    train_s = time.perf_counter() - t_start
+    out.write("trained", train_s=train_s)
+    accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
+    checksum, psum = param_checksum(net)
+    steady = step_times[1:] or step_times
+    return dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
+                img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
+                checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
+                conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
+
+
+def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
+    """The training steps: one metrics line per step; returns each step's wall time."""
     step_times = []
     for i in range(cfg.steps):
         t0 = time.perf_counter()
@@ -143,15 +181,8 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
             rec["class_hist"] = np.bincount(lab, minlength=num_classes).tolist()
         out.write("step", **rec)
         step_times.append(t2 - t0)
-    train_s = time.perf_counter() - t_start
-    out.write("trained", train_s=train_s)
-    accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
-    checksum, psum = param_checksum(net)
-    steady = step_times[1:] or step_times
-    return dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
-                img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
-                checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
-                conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
+        prof.step()
+    return step_times
 
 
 def main(argv=None) -> int:

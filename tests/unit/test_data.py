@@ -47,3 +47,13 @@ def test_reader_yields_normalised_chw_batches_for_one_shard(standin):
     assert images.shape == (cfg.batch_per_rank, 3, 32, 32) and images.dtype == np.float32
     assert labels.dtype == np.int32 and labels.max() < 10
     assert abs(float(images.mean())) < 3
+
+
+@pytest.mark.parametrize("sampler", ["contiguous", "distributed", "distributed_shuffle", "stratified"])
+def test_every_train_sharding_reads_real_batches(standin, sampler):
+    cfg = job_config("ci", sampler=sampler)
+    data = build_dataset(cfg, "train", rank=7, world_size=8)
+    _, labels = next(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    assert len(labels) == cfg.batch_per_rank
+    if sampler == "contiguous":
+        assert len(set(labels.tolist())) == 1 and labels[0] >= 8, "the last block holds the last classes, in order"

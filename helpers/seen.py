@@ -1,0 +1,40 @@
+"""Balance figures from what a job's ranks actually read (their per-step ``class_hist`` records).
+
+``helpers.balance`` predicts balance from index arrays before anything runs; this module measures it after
+a job, from the metrics files, so the chapter can show that the prediction is what the ranks really saw.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def step_histograms(result) -> np.ndarray:
+    """(ranks, steps, classes): class counts of every rank's batch at every step."""
+    return np.array([[rec["class_hist"] for rec in result.steps[r]] for r in sorted(result.steps)], dtype=np.int64)
+
+
+def rank_histograms(result) -> np.ndarray:
+    """(ranks, classes): the images of each class a rank trained on, over the whole job."""
+    return step_histograms(result).sum(axis=1)
+
+
+def tv_from_global(hists: np.ndarray, global_counts) -> np.ndarray:
+    """Per row: total-variation distance of its class mix from the global one."""
+    hists = np.asarray(hists, dtype=np.float64)
+    g = np.asarray(global_counts, dtype=np.float64)
+    mix = hists / np.maximum(hists.sum(axis=1, keepdims=True), 1)
+    return 0.5 * np.abs(mix - g / g.sum()).sum(axis=1)
+
+
+def global_step_classes(result) -> np.ndarray:
+    """Per step: how many distinct classes the global batch (all ranks together) held."""
+    return (step_histograms(result).sum(axis=0) > 0).sum(axis=1)
+
+
+def global_step_entropy(result) -> np.ndarray:
+    """Per step: entropy (bits) of the global batch's class mix."""
+    h = step_histograms(result).sum(axis=0).astype(np.float64)
+    p = h / h.sum(axis=1, keepdims=True)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.nansum(np.where(p > 0, p * np.log2(p), 0.0), axis=1)
