@@ -44,7 +44,10 @@ def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threa
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
-    threads_num(threads)
+    try:
+        threads_num(threads)
+    except RuntimeError:   # already set in this process (MindSpore allows it once)
+        pass
     ms.set_seed(0)
     net = build_model(arch, 10, width, stem, impl)
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
