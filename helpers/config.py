@@ -54,8 +54,14 @@ class JobConfig:
     # gradient tensor. The CPU presets fuse them all ("auto"): measured 3x faster steps on the ci model.
     comm_fusion: dict | None = None
     # chapter switches (each read by the module that implements it)
+    micro_batch: int | None = None            # per-rank micro-batch; None: the whole per-rank batch (no accumulation)
+    accumulation_steps: int = 1               # micro-steps per optimizer step (helpers.accumulate)
+    mem_cap_mb: int | None = None             # per-rank memory cap: address space on CPU, max_size of the device pool on GPU/Ascend
     profile: bool = False                     # mindspore.profiler on every rank (helpers.worker.profiling_session)
     profile_skip_steps: int = 1               # steps not profiled first (graph compilation)
+    amp_level: str = "O0"                     # mindspore.amp level O0..O3 (helpers.worker._build_train_step)
+    grad_reduce: bool = True                  # False: no gradient AllReduce (STAND_ALONE; ranks drift apart)
+    cell_comm_fusion: bool = False            # Cell.set_comm_fusion(i) per top-level cell, as the blog does
     # runtime
     threads_per_rank: int = 1
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
@@ -69,6 +75,10 @@ class JobConfig:
     @property
     def batch_per_rank(self) -> int:
         return self.global_batch // self.world_size
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.micro_batch or self.batch_per_rank
 
     @property
     def local_workers(self) -> int:
@@ -92,6 +102,14 @@ class JobConfig:
             bad("local_world_size", "must be between 1 and world_size")
         if self.global_batch < 1 or self.global_batch % self.world_size:
             bad("global_batch", f"must be a positive multiple of world_size={self.world_size}")
+        if self.accumulation_steps < 1:
+            bad("accumulation_steps", "must be at least 1")
+        if self.micro_batch_size * self.accumulation_steps != self.batch_per_rank:
+            bad("micro_batch", f"micro_batch x accumulation_steps must equal the per-rank batch "
+                               f"{self.batch_per_rank} (global_batch {self.global_batch} / {self.world_size} ranks); "
+                               f"accumulation_steps={self.accumulation_steps}")
+        if self.mem_cap_mb is not None and self.mem_cap_mb < 64:
+            bad("mem_cap_mb", "must be at least 64 MB")
         if self.steps < 1:
             bad("steps", "must be at least 1")
         if self.width <= 0:
@@ -100,6 +118,10 @@ class JobConfig:
             bad("image_size", "must be at least 8 pixels")
         if self.timeout_s <= 0:
             bad("timeout_s", "must be positive")
+        if self.amp_level not in ("O0", "O1", "O2", "O3"):
+            bad("amp_level", "must be one of 'O0', 'O1', 'O2', 'O3'")
+        if not isinstance(self.grad_reduce, bool) or not isinstance(self.cell_comm_fusion, bool):
+            bad("grad_reduce" if not isinstance(self.grad_reduce, bool) else "cell_comm_fusion", "must be a boolean")
         if self.profile and self.steps <= self.profile_skip_steps:
             bad("steps", f"must exceed profile_skip_steps={self.profile_skip_steps} to profile anything")
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:

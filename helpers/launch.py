@@ -230,6 +230,23 @@ def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+def oom_hint(cfg: JobConfig) -> str:
+    """What to say when a rank ran out of memory: the batch it tried, the planner's estimate, the fix."""
+    text = (f"\n  the rank ran out of memory at per-rank batch {cfg.batch_per_rank} "
+            f"(micro-batch {cfg.micro_batch_size} x {cfg.accumulation_steps}), cap {cfg.mem_cap_mb} MB")
+    try:
+        from helpers.memory import estimate
+
+        est = estimate(cfg.arch, cfg.micro_batch_size, cfg.image_size, num_classes=10 if cfg.stem == "small" else 1000,
+                       width=cfg.width, stem=cfg.stem, conv_impl=cfg.conv_impl)
+        text += f"; the planner estimates {est.total_bytes / 2**20:.0f} MB for this micro-batch"
+    except Exception:  # noqa: BLE001 - the hint must never hide the real error
+        pass
+    return text + ("\n  hint: keep the global batch and split it, e.g. micro_batch="
+                   f"{max(1, cfg.micro_batch_size // 4)}, accumulation_steps={cfg.accumulation_steps * 4} "
+                   "(helpers.memory.plan_accumulation picks them for a memory budget)")
+
+
 # ---------------------------------------------------------------- the watcher
 class _Watch:
     """Polls metrics files and processes of a running job; decides when it is done or has failed."""
@@ -320,6 +337,8 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
             if failed:
                 rank, kind, message = failed
                 stop_job(procs, job_id)
+                if kind == "oom":
+                    message += oom_hint(cfg)
                 bar.close(f"failed on rank {rank}")
                 raise JobFailed(kind, message, rank, log_tail(run_dir, rank), str(run_dir))
             if all(p.poll() is not None for p in procs):

@@ -21,11 +21,14 @@ What is counted (per card, one optimizer step):
   output); the pooled features (the classifier's input); logits and softmax. BatchNorm outputs are not kept:
   ReLU and the residual Add do not need their inputs for backward.
   With ``conv_impl="im2col"`` every convolution larger than 1x1 also keeps its unfolded columns
-  (``C*k*k`` times the output positions, about 9x its input for a 3x3 stride-1 convolution) and the weight
-  broadcast to every image (``ops.matmul`` of a 2-D weight with 3-D columns broadcasts the weight, and the
-  batched MatMul's backward reads that broadcast copy);
+  (``C*k*k`` times the output positions, about 9x its input for a 3x3 stride-1 convolution) and a
+  per-image copy of its weight: ``ops.matmul`` of a 2-D weight with 3-D columns broadcasts the weight to
+  every image, and its backward multiplies the output gradient by a per-image broadcast of the transposed
+  weight. That backward broadcast depends only on the weight, so MindSpore's dataflow runtime may build it
+  as soon as the step starts; the planner counts it as kept;
 - workspace: the largest transient of any single layer's backward (output gradient, input gradient and,
-  for im2col, the gradient of the columns), a floor for what is live on top of the kept activations;
+  for im2col, the column gradient and the transposed copy of the columns that the weight gradient
+  multiplies), a floor for what is live on top of the kept activations;
 - ``overhead_bytes``: a fixed cost the caller supplies (runtime, CUDA context, allocator caches; on CPU the
   resident memory measured before the first step). It defaults to 0 because it depends on the device and
   framework, not on the model.
@@ -38,7 +41,11 @@ measured to use *more* memory than fp32.
 
 What is not counted: framework-specific reuse or fragmentation, cuDNN algorithm workspaces, data-loader
 buffers, communication buffers. Compare the activation slope (bytes per image of batch), which is what the
-model decides, rather than absolute totals.
+model decides, rather than absolute totals. On CPU (MindSpore 2.10, GRAPH_MODE) the measured RSS slope of
+a native-convolution step matched ``activation_bytes_per_image`` closely, while an im2col step measured
+several times more: the backward of ``ops.matmul`` also transposes the columns for the weight gradient
+(MindSpore's CPU Transpose is memory-hungry) and the dataflow runtime starts such work early. That is
+the implementation's cost, not the model's; the planner does not guess it, the chapter measures it.
 """
 
 from __future__ import annotations
@@ -165,7 +172,8 @@ def _check_model_args(arch, num_classes, width, stem, image_size, conv_impl):
     if stem not in STEMS:
         raise ConfigError(f"stem: must be one of {STEMS} (got {stem!r})")
     if conv_impl not in CONV_IMPLS:
-        raise ConfigError(f"conv_impl: must be one of {CONV_IMPLS} (got {conv_impl!r})")
+        hint = "; resolve 'auto' first (helpers.conv_choice.resolve_conv_impl)" if conv_impl == "auto" else ""
+        raise ConfigError(f"conv_impl: must be one of {CONV_IMPLS} (got {conv_impl!r}){hint}")
     if not width > 0:
         raise ConfigError(f"width: must be positive (got {width!r})")
     if int(num_classes) < 1:
@@ -197,7 +205,7 @@ class _Walker:
         if self.conv_impl == "im2col" and k > 1:
             cols = cin * k * k * ho * wo
             saved, what = cols + weight, f"im2col columns ({cin * k * k}x{ho * wo}) + weight broadcast"
-            work = grads + cols + weight              # dcols and d(broadcast weight) as well
+            work = grads + 2 * cols                   # column gradient + transposed columns for dW
         else:
             saved, what, work = 0, "input (kept by its producer)", grads
         self.add(name=name, block=block, kind="conv", out_shape=(cout, ho, wo), params=weight, buffers=0,
@@ -265,8 +273,9 @@ def layer_walk(arch: str = "resnet50", image_size: int = 224, num_classes: int =
             c, h, w = wk.block_body(f"layer{i + 1}.{j}", kind, c, h, w, wid, stride)
     wk.add(name="head.gap", block="head", kind="gap", out_shape=(c,), params=0, buffers=0,
            saved_elements=c, workspace_elements=c * h * w, saved="pooled features (the classifier's input)")
-    wk.add(name="head.fc", block="head", kind="fc", out_shape=(num_classes,), params=c * num_classes + num_classes,
-           buffers=0, saved_elements=num_classes, workspace_elements=num_classes + c, saved="logits")
+    wk.add(name="head.fc", block="head", kind="fc", out_shape=(num_classes,),
+           params=c * num_classes + num_classes, buffers=0, saved_elements=num_classes,
+           workspace_elements=num_classes + c, saved="logits")
     wk.add(name="head.loss", block="head", kind="loss", out_shape=(num_classes,), params=0, buffers=0,
            saved_elements=num_classes, workspace_elements=num_classes, saved="softmax (the loss gradient)")
     return wk.rows
@@ -322,22 +331,22 @@ def estimate(arch: str, batch: int, image_size: int = 224, num_classes: int = 10
     )
 
 
-def fits(arch: str, batch: int, image_size: int = 224, capacity_gb: float = 40.0, **kwargs) -> bool:
+def fits(arch: str, batch: int, image_size: int = 224, *, capacity_gb: float, **kwargs) -> bool:
     """Whether ``estimate(arch, batch, image_size, **kwargs)`` fits in ``capacity_gb`` GiB (2**30 bytes;
     a "40 GB" A100 has 40 GiB)."""
     return estimate(arch, batch, image_size, **kwargs).fits(capacity_gb)
 
 
-def max_batch(arch: str, image_size: int = 224, capacity_gb: float = 40.0, limit: int = 1 << 16,
+def max_batch(arch: str, image_size: int = 224, *, capacity_gb: float, limit: int = 1 << 16,
               **kwargs) -> int:
     """Largest batch whose estimate fits (0 if not even one image does); memory grows with the batch, so
     a bisection is exact."""
-    if not fits(arch, 1, image_size, capacity_gb, **kwargs):
+    if not fits(arch, 1, image_size, capacity_gb=capacity_gb, **kwargs):
         return 0
     lo, hi = 1, int(limit)
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if fits(arch, mid, image_size, capacity_gb, **kwargs):
+        if fits(arch, mid, image_size, capacity_gb=capacity_gb, **kwargs):
             lo = mid
         else:
             hi = mid - 1
@@ -450,7 +459,8 @@ PUBLISHED = {
             {"platform": "DGX-2V (V100 32GB)", "capacity_gb": 32, "precision": "mixed", "batch_per_gpu": 256},
             {"platform": "DGX A100 (A100 80GB)", "capacity_gb": 80, "precision": "fp32",
              "batch_per_gpu": 256, "note": "TF32 math, fp32 storage"},
-            {"platform": "DGX A100 (A100 80GB)", "capacity_gb": 80, "precision": "mixed", "batch_per_gpu": 256},
+            {"platform": "DGX A100 (A100 80GB)", "capacity_gb": 80, "precision": "mixed",
+             "batch_per_gpu": 256},
             {"platform": "T4 (16GB)", "capacity_gb": 16, "precision": "fp32", "batch_per_gpu": 128},
             {"platform": "T4 (16GB)", "capacity_gb": 16, "precision": "mixed", "batch_per_gpu": 256},
         ],
@@ -460,7 +470,8 @@ PUBLISHED = {
                 "MXNet model-zoo ResNets, at batch 10/20/30/40; totals include the runtime's fixed cost, "
                 "so the slope between batch sizes is the comparable figure",
         "source": "knjcode/mxnet-finetuner, docs/benchmark.md ('Memory usage (MiB)'), "
-                  "commit 40d142dc28c1e56d0cfbdc727ecf58d4e6efb195; 224 px from util/functions get_image_size",
+                  "commit 40d142dc28c1e56d0cfbdc727ecf58d4e6efb195; 224 px from util/functions "
+                  "get_image_size",
         "url": "https://github.com/knjcode/mxnet-finetuner/blob/master/docs/benchmark.md",
         "image_size": 224, "precision": "fp32", "batches": (10, 20, 30, 40),
         "mib": {
@@ -508,7 +519,7 @@ def compare_published(precision: str = "fp32") -> list[dict]:
         rows.append({"kind": "batch_fits", "arch": "resnet50", "what": e["platform"],
                      "precision": e["precision"], "batch": e["batch_per_gpu"],
                      "published": e["capacity_gb"], "planner": round(est.total_gib, 2),
-                     "planner_max_batch": max_batch("resnet50", 224, e["capacity_gb"],
+                     "planner_max_batch": max_batch("resnet50", 224, capacity_gb=e["capacity_gb"],
                                                     precision=e["precision"]),
                      "source": "nvidia_dle_resnet50"})
     for arch in PUBLISHED["mxnet_finetuner_titanx"]["mib"]:

@@ -56,6 +56,36 @@ def _setup_runtime(cfg: JobConfig):
         from mindspore.device_context.cpu.op_tuning import threads_num
 
         threads_num(cfg.threads_per_rank)
+    elif cfg.mem_cap_mb:
+        ms.runtime.set_memory(max_size=f"{cfg.mem_cap_mb / 1024:.3f}GB")
+
+
+def apply_cpu_memory_cap(cfg: JobConfig) -> None:
+    """On CPU, cap this rank's address space (RLIMIT_AS): a batch that does not fit then fails with
+    MindSpore's 'Memory not enough' (reported as kind ``oom``) instead of swapping or hanging the machine.
+    Applied after ``init()``, so communication set-up is not affected; the cap counts virtual memory,
+    which peaks at 2-3x the resident size, so size it from a measured run (``vms_peak_mb``)."""
+    if cfg.device_target == "CPU" and cfg.mem_cap_mb:
+        cap = int(cfg.mem_cap_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def memory_now_mb() -> dict:
+    import psutil
+
+    info = psutil.Process().memory_info()
+    return {"rss_mb": info.rss / 2**20, "vms_mb": info.vms / 2**20, "rss_peak_mb": peak_rss_mb()}
+
+
+class _NoProfiler:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def step(self):
+        pass
 
 
 def profiling_session(cfg: JobConfig, run_dir: Path):
@@ -64,14 +94,8 @@ def profiling_session(cfg: JobConfig, run_dir: Path):
     The schedule skips ``profile_skip_steps`` (graph compilation) and profiles the remaining steps; each
     rank writes under ``<run_dir>/profile/`` (on CPU: ``trace_view.json`` plus the CPU op tables).
     """
-    import contextlib
-
     if not cfg.profile:
-        class _Off(contextlib.nullcontext):
-            def step(self):
-                pass
-
-        return _Off()
+        return _NoProfiler()
     from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.NPU] if cfg.device_target == "Ascend" else [])
@@ -89,10 +113,29 @@ def _build_train_step(cfg: JobConfig, num_classes: int):
 
     ms.set_seed(cfg.seed)  # every rank starts from the same weights: DATA_PARALLEL does not broadcast them
     net = build_model(cfg.arch, num_classes, cfg.width, cfg.stem, cfg.conv_impl)
+    if cfg.cell_comm_fusion:
+        # The source blog's per-layer fusion ids (stem, layer1..4, fc -> 1..6). Parameter.comm_fusion is read
+        # where the framework inserts the communication; chapter 04 measures what it does under DATA_PARALLEL.
+        for i, cell in enumerate(net.name_cells().values(), start=1):
+            cell.set_comm_fusion(i)
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    opt = nn.Momentum(net.trainable_params(), cfg.lr, cfg.momentum, weight_decay=cfg.weight_decay)
-    # Under DATA_PARALLEL, TrainOneStepCell inserts DistributedGradReducer (AllReduce, mean) itself.
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    fp16_on_cpu = cfg.amp_level in ("O2", "O3") and cfg.device_target == "CPU"
+    # On CPU only a fixed loss scale without overflow skipping is allowed (build_train_network raises for
+    # O2's default DynamicLossScaleManager); then the optimizer must divide by the same scale itself.
+    loss_scale = 128.0 if fp16_on_cpu else 1.0
+    opt = nn.Momentum(net.trainable_params(), cfg.lr, cfg.momentum, weight_decay=cfg.weight_decay,
+                      loss_scale=loss_scale)
+    if cfg.amp_level == "O0":
+        # Under DATA_PARALLEL, TrainOneStepCell inserts DistributedGradReducer (AllReduce, mean) itself.
+        step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
+    else:
+        from mindspore import amp
+
+        extra = {}
+        if fp16_on_cpu:
+            extra["loss_scale_manager"] = amp.FixedLossScaleManager(loss_scale, drop_overflow_update=False)
+        # GPU/Ascend keep the level's own manager (O2: DynamicLossScaleManager, overflowing steps skipped).
+        step = amp.build_train_network(net, opt, loss_fn, level=cfg.amp_level, **extra)
     step.set_train()
     return net, step
 
@@ -139,15 +182,21 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     from helpers.data import build_dataset, scan_split
 
     parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
-    if cfg.comm_fusion:
+    if not cfg.grad_reduce:   # no DistributedGradReducer, so no gradient AllReduce: each rank trains alone
+        parallel = dict(parallel_mode=ParallelMode.STAND_ALONE)
+    elif cfg.comm_fusion:
         parallel["comm_fusion"] = cfg.comm_fusion
     context.set_auto_parallel_context(**parallel)
     import mindspore.dataset as ds
 
     ds.config.set_seed(cfg.seed)   # same shuffle on every rank, so the shards stay disjoint
     num_classes = len(scan_split(cfg.data_dir, "train").classes)
-    data = build_dataset(cfg, "train", rank, world).repeat()
+    data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
     net, step = _build_train_step(cfg, num_classes)
+    if cfg.accumulation_steps > 1:
+        from helpers.accumulate import AccumulatingTrainStep
+
+        step = AccumulatingTrainStep(step.network, step.optimizer, cfg.accumulation_steps)
     it = data.create_tuple_iterator(num_epochs=-1)
     t_start = time.perf_counter()
     with profiling_session(cfg, run_dir) as prof:
@@ -163,20 +212,36 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
                 conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
 
 
+def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
+    if cfg.fail_rank == rank and i == cfg.fail_step:
+        raise RuntimeError(f"injected failure on rank {rank} at step {i} (config fail_rank)")
+
+
 def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
     """The training steps: one metrics line per step; returns each step's wall time."""
     step_times = []
+    out.write("ready", **memory_now_mb())    # memory before the first step (chapter 02 subtracts it)
+    vms_peak = 0.0
     for i in range(cfg.steps):
         t0 = time.perf_counter()
-        images, labels = next(it)
-        t1 = time.perf_counter()
-        if cfg.fail_rank == rank and i == cfg.fail_step:
-            raise RuntimeError(f"injected failure on rank {rank} at step {i} (config fail_rank)")
-        loss = float(step(images, labels).asnumpy())
+        if cfg.accumulation_steps == 1:
+            batches = [next(it)]
+            t1 = time.perf_counter()
+            _maybe_fail(cfg, rank, i)
+            loss = float(step(*batches[0]).asnumpy())
+        else:
+            # data time = fetching all K micro-batches (the pipeline prefetches, so this is the wait)
+            batches = [next(it) for _ in range(cfg.accumulation_steps)]
+            t1 = time.perf_counter()
+            _maybe_fail(cfg, rank, i)
+            loss = step(batches)
         t2 = time.perf_counter()
-        lab = labels.asnumpy()
+        lab = np.concatenate([b[1].asnumpy() for b in batches])
+        mem = memory_now_mb()
+        vms_peak = max(vms_peak, mem["vms_mb"])
         rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
-                   samples=int(len(lab)), rss_peak_mb=peak_rss_mb())
+                   samples=int(len(lab)), rss_peak_mb=mem["rss_peak_mb"], rss_mb=mem["rss_mb"],
+                   vms_peak_mb=vms_peak)
         if num_classes <= 256:
             rec["class_hist"] = np.bincount(lab, minlength=num_classes).tolist()
         out.write("step", **rec)
@@ -198,6 +263,7 @@ def main(argv=None) -> int:
     out = MetricsWriter(run_dir, rank)
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
     try:
+        apply_cpu_memory_cap(cfg)
         summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
         out.write("summary", **summary)
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
