@@ -12,19 +12,18 @@ How :func:`stratified_shards` splits (vectorised numpy over samples; one call yi
 2. equal lengths: the total is brought to a multiple of ``num_shards`` (or of ``global_batch`` when
    given, so that ``batch(drop_remainder=True)`` loses nothing and every rank runs the same number of
    full steps). ``remainder="pad"`` (default, like ``DistributedSampler``) adds copies, ``"drop"`` leaves
-   samples out; either way fewer than ``num_shards`` (or ``global_batch``) samples per epoch, chosen as a
-   systematic sample of the shuffled class-grouped order, so in proportion to the class sizes and at
-   random inside a class. A copy sits next to its original and so goes to another shard.
+   samples out: fewer than ``num_shards`` (or ``global_batch``) per epoch, taken from the classes whose
+   per-shard count is furthest below (pad) or above (drop) their global share, a random sample of the
+   class. A copy goes to another shard than its original.
 3. deal each class round robin over the shards: its ``j``-th sample goes to shard ``table[c, j % n]``
    (``table[c]`` a permutation of the shards), so any two shards' counts of a class differ by at most 1.
-   Which shards get a class's last, incomplete round is chosen greedily (largest classes' leftovers
-   first) to keep every shard's class mix equally close to the global one: each shard ends up near the
-   rounding floor of the total-variation distance, not just on average.
-4. every sample gets a *stratified time*: the ``j``-th sample of a class of ``n_c`` lies at a uniformly
-   random point of ``[j/n_c, (j+1)/n_c)``; each shard reads its samples in time order. A class is thus
-   spread evenly over the epoch on every shard, staggered between shards, so the positions
-   ``[i*b, (i+1)*b)`` of all shards (global step ``i``) hold the classes in their global proportions
-   instead of class blocks.
+   Which shards get a class's last, incomplete round is chosen greedily, then improved by swaps, to keep
+   the *worst* shard's class mix as close to the global one as this rounding allows.
+4. every sample gets a *stratified time*: round ``m`` of a class spans ``[m/Q, (m+1)/Q)`` of the epoch
+   (``Q`` rounds), each shard's sample of that round a random point in its own slot of it; each shard
+   reads its samples in time order. A class is thus spread evenly over the epoch on every shard,
+   staggered between shards, so the positions ``[i*b, (i+1)*b)`` of all shards (global step ``i``) hold
+   the classes in their global proportions instead of class blocks.
 
 Classes with fewer samples than shards cannot reach every shard: that is an error unless
 ``small_class="drop"`` (those samples are left out) or ``"repeat"`` (their samples are repeated, cycling
@@ -45,6 +44,8 @@ from helpers.errors import ConfigError, DataError
 REMAINDER_MODES = ("pad", "drop")
 SMALL_CLASS_MODES = ("error", "drop", "repeat")
 SHARD_KINDS = ("contiguous", "distributed", "distributed_shuffle", "stratified")
+DENSE_CELLS = 1 << 20    # within-class shuffle in a padded (classes x largest class) matrix when it has
+DENSE_WASTE = 4          # at most max(DENSE_CELLS, DENSE_WASTE * samples) cells, else by two radix sorts
 
 
 # ----------------------------------------------------------------------------------------------- checks
@@ -122,15 +123,14 @@ def _shuffle_within_classes(pool: np.ndarray, pool_labels: np.ndarray, counts: n
     large, so then: a stable radix sort on 16-bit random keys, then one on the class rank.
     """
     index_type = np.int32 if pool.size < 2**31 else np.int64
-    if counts.size * int(counts.max()) <= max(4 * pool.size, 1 << 20):
-        if np.all(pool_labels[1:] >= pool_labels[:-1]):            # reader order is already class-sorted
-            by_label, sorted_labels = pool, pool_labels
-        else:
-            o = np.argsort(pool_labels, kind="stable")
-            by_label, sorted_labels = pool[o], pool_labels[o]
-        within = np.arange(pool.size) - np.repeat(np.cumsum(counts) - counts, counts)
-        rows = np.full((counts.size, int(counts.max())), -1, dtype=index_type)
-        rows[class_rank[sorted_labels], within] = by_label
+    if counts.size * int(counts.max()) <= max(DENSE_WASTE * pool.size, DENSE_CELLS):
+        sorted_already = np.all(pool_labels[1:] >= pool_labels[:-1])     # the usual reader order
+        by_label = pool if sorted_already else pool[np.argsort(pool_labels, kind="stable")]
+        width = int(counts.max())
+        rows = np.full((counts.size, width), -1, dtype=index_type)
+        cell = np.arange(pool.size, dtype=np.int64)             # row class_rank[c], column j, row-major
+        cell += np.repeat(class_rank.astype(np.int64) * width - (np.cumsum(counts) - counts), counts)
+        rows.ravel()[cell] = by_label
         rows = rng.permuted(rows, axis=1)
         return rows[rows >= 0]
     key = class_rank.astype(np.uint16 if counts.size <= 65536 else np.int64)[pool_labels]
@@ -138,55 +138,135 @@ def _shuffle_within_classes(pool: np.ndarray, pool_labels: np.ndarray, counts: n
     return pool[order[np.argsort(key[order], kind="stable")]].astype(index_type)
 
 
-def _adjust_length(grouped: np.ndarray, sizes: np.ndarray, unit: int, remainder: str,
-                   rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-    """Pad (copies) or trim ``grouped`` to a multiple of ``unit``; ``sizes`` are the class block sizes.
+def _adjust_length(grouped: np.ndarray, sizes: np.ndarray, share: np.ndarray, num_shards: int, unit: int,
+                   remainder: str) -> tuple[np.ndarray, np.ndarray]:
+    """Pad (copies) or trim ``grouped`` to a multiple of ``unit``; ``sizes`` are its class block sizes.
 
-    The samples copied or left out are a systematic sample of the class-grouped order (every ``M/d``-th
-    position from a random start), hence spread over the classes in proportion to their sizes.
+    Which classes: one sample at a time, the class where it brings the shards' class counts closest to
+    the global mix ``share`` at the final shard length (greedy on the rounding error: a class owed most
+    gets a copy, one over-served loses a sample). Which samples: the first of the class's shuffled block
+    (pad: the copy goes right after it, hence to another shard) or the last (drop).
     """
     total = grouped.size
     target = unit * (-(-total // unit) if remainder == "pad" else total // unit)
     if target == 0:
         raise DataError(f"{total} samples cannot fill one round of {unit} with remainder='drop' "
                         f"(use remainder='pad', fewer shards or a smaller global batch)")
-    d = abs(target - total)
-    if d == 0:
+    if target == total:
         return grouped, sizes
-    pos = ((np.arange(d) + rng.random()) * (total / d)).astype(np.int64)
-    block = np.repeat(np.arange(sizes.size), sizes)[pos]
-    if remainder == "pad":
-        return np.insert(grouped, pos + 1, grouped[pos]), sizes + np.bincount(block, minlength=sizes.size)
-    return np.delete(grouped, pos), sizes - np.bincount(block, minlength=sizes.size)
+    ideal = (target // num_shards) * share                     # per-shard count each class deserves
+    new = sizes.copy()
+    step = 1 if remainder == "pad" else -1
+    for _ in range(abs(target - total)):
+        rounds, left = np.divmod(new, num_shards)
+        delta = ideal - rounds
+        gain = np.abs(1 - delta) - np.abs(delta)               # one more shard at rounds + 1
+        if step > 0:
+            gain[sizes == 0] = np.inf                          # no copies of an absent class
+        else:                                                  # one fewer: the reverse move
+            gain = np.where(left > 0, -gain, np.abs(ideal - rounds + 1) - np.abs(ideal - rounds))
+            gain[new <= np.minimum(sizes, num_shards)] = np.inf  # keep a class on every shard
+        new[int(np.argmin(gain))] += step
+    starts = np.cumsum(sizes) - sizes
+    change = np.abs(new - sizes)
+    k = np.arange(change.sum()) - np.repeat(np.cumsum(change) - change, change)
+    if step > 0:
+        pos = np.repeat(starts, change) + k % np.repeat(sizes, change)
+        return np.insert(grouped, pos + 1, grouped[pos]), new
+    return np.delete(grouped, np.repeat(starts + sizes - 1, change) - k), new
 
 
 def _deal_table(sizes: np.ndarray, share: np.ndarray, num_shards: int, rng: np.random.Generator) -> np.ndarray:
     """``(classes, num_shards)``: the shard each position ``j % num_shards`` of a class goes to.
 
-    Full rounds reach every shard whatever the order. A class's last round of ``r`` samples goes to the
-    ``r`` shards that have (a) the most room left for leftovers (keeps lengths equal; always feasible)
-    and (b) the smallest distance so far from the global mix. ``share`` is each class's global
-    proportion: a leftover of class c moves its shard's distance by ``|1-delta| - |delta|``, with
-    ``delta = length * share - full_rounds``.
+    Full rounds reach every shard whatever the order. A class's last, incomplete round of ``r`` samples
+    ("leftovers") goes to ``table[c, :r]``: every shard must take the same number of leftovers (equal
+    lengths), and each leftover of class c moves its shard's distance from the global mix by
+    ``|1 - delta| - |delta|`` (``delta = length * share - full_rounds``, ``share`` the global proportion).
+    Greedy, largest moves first: the ``r`` shards that gain least (or, for a negative move, the farthest
+    ones), unless that leaves leftovers that can no longer be placed (Gale-Ryser test); then the shards
+    with the most room left, which always can (Ryser). Then :func:`_even_out` swaps leftovers. About
+    30 us per class with leftovers, in Python: fine for thousands of classes.
     """
-    n_classes = sizes.size
-    table = (np.arange(num_shards)[None, :] + rng.integers(num_shards, size=(n_classes, 1))) % num_shards
-    rounds, left = np.divmod(sizes, num_shards)
-    delta = (sizes.sum() // num_shards) * share - rounds
+    n = num_shards
+    table = (np.arange(n)[None, :] + rng.integers(n, size=(sizes.size, 1))) % n
+    rounds, left = np.divmod(sizes, n)
+    delta = (sizes.sum() // n) * share - rounds
     gain = np.abs(1 - delta) - np.abs(delta)
-    room = [int(left.sum() // num_shards)] * num_shards
-    load = [0.0] * num_shards
-    tie = rng.random(num_shards).tolist()
     todo = np.flatnonzero(left)
-    for c in todo[np.argsort(-np.abs(gain[todo]), kind="stable")].tolist():
-        g, r = float(gain[c]), int(left[c])
+    todo = todo[np.argsort(-np.abs(gain[todo]), kind="stable")]
+    room = [int(left.sum() // n)] * n
+    load = [0.0] * n
+    tie = rng.random(n).tolist()
+    waiting = np.bincount(left[todo], minlength=n).tolist()   # classes still needing v shards
+    shards = range(n)
+
+    def placeable(rooms):                                      # Gale-Ryser, O(n^2)
+        top = 0
+        for k, a in enumerate(sorted(rooms, reverse=True), start=1):
+            top += a
+            if top > sum(w * min(v, k) for v, w in enumerate(waiting) if w):
+                return False
+        return True
+
+    for c, g, r in zip(todo.tolist(), gain[todo].tolist(), left[todo].tolist()):
+        waiting[r] -= 1
         sign = 1.0 if g >= 0 else -1.0
-        best = sorted(range(num_shards), key=lambda k: (-room[k], sign * load[k], tie[k]))
-        for k in best[:r]:
-            room[k] -= 1
+        pick = [k for k in sorted(shards, key=lambda k: (sign * load[k], tie[k])) if room[k] > 0][:r]
+        trial = [a - (k in pick) for k, a in enumerate(room)]
+        if len(pick) < r or (max(trial) - min(trial) > 1 and not placeable(trial)):
+            pick = sorted(shards, key=lambda k: (-room[k], sign * load[k], tie[k]))[:r]
+            trial = [a - (k in pick) for k, a in enumerate(room)]
+        room = trial
+        for k in pick:
             load[k] += g
-        table[c] = best
+        table[c] = pick + [k for k in shards if k not in pick]
+    if todo.size:
+        holds = np.zeros((n, sizes.size), dtype=bool)           # holds[k, c]: shard k has a leftover of c
+        holds[table[todo, :1].ravel(), todo] = True
+        for i in range(1, n):
+            has = left[todo] > i
+            holds[table[todo[has], i], todo[has]] = True
+        if _even_out(holds, gain):
+            key = (~holds.T[todo]) + rng.random((todo.size, n))   # leftover shards first, random order
+            table[todo] = np.argsort(key, axis=1)
     return table
+
+
+def _even_out(holds: np.ndarray, gain: np.ndarray, max_swaps: int = 200) -> bool:
+    """Swap leftovers between the worst shard and another (class c for class d, so lengths stay equal)
+    while that lowers the worst shard's distance; True if anything moved. Vectorised per shard pair."""
+    moved = False
+    load = holds.astype(np.float64) @ gain
+    for _ in range(max_swaps):
+        a = int(np.argmax(load))
+        best = (load[a], None)
+        for b in range(holds.shape[0]):
+            if b == a:
+                continue
+            give = np.flatnonzero(holds[a] & ~holds[b])
+            take = np.flatnonzero(holds[b] & ~holds[a])
+            if give.size == 0 or take.size == 0:
+                continue
+            gap = load[a] - load[b]
+            order = np.argsort(gain[take], kind="stable")
+            wt = gain[take][order]
+            # for each c given, the d taken that brings x = gain[c] - gain[d] closest to gap / 2
+            at = np.clip(np.searchsorted(wt, gain[give] - gap / 2), 0, wt.size - 1)
+            for cand in (at, np.maximum(at - 1, 0)):
+                x = gain[give] - wt[cand]
+                worst = np.maximum(load[a] - x, load[b] + x)
+                i = int(np.argmin(worst))
+                if worst[i] < best[0] - 1e-12:
+                    best = (worst[i], (b, give[i], take[order[cand[i]]], x[i]))
+        if best[1] is None:
+            return moved
+        b, c, d, x = best[1]
+        holds[a, c], holds[b, c], holds[b, d], holds[a, d] = False, True, False, True
+        load[a] -= x
+        load[b] += x
+        moved = True
+    return moved
 
 
 def stratified_shards(labels, num_shards: int, seed: int = 0, epoch: int = 0, remainder: str = "pad",
@@ -212,8 +292,11 @@ def stratified_shards(labels, num_shards: int, seed: int = 0, epoch: int = 0, re
 
     dataset_counts = np.bincount(labels)
     pool = _pool(labels, dataset_counts, num_shards, small_class, class_names)
-    pool, pool_labels = (np.arange(labels.size), labels) if pool is None else (pool, labels[pool])
-    counts = np.bincount(pool_labels, minlength=dataset_counts.size)
+    if pool is None:
+        pool, pool_labels, counts = np.arange(labels.size), labels, dataset_counts
+    else:
+        pool_labels = labels[pool]
+        counts = np.bincount(pool_labels, minlength=dataset_counts.size)
     rng = np.random.default_rng([seed, epoch])
 
     # 1. classes end to end in a random order (by_rank), a uniform random order inside each class
@@ -223,36 +306,47 @@ def stratified_shards(labels, num_shards: int, seed: int = 0, epoch: int = 0, re
     sizes = counts[by_rank]
 
     # 2. equal shard lengths (and whole batches with global_batch)
-    grouped, sizes = _adjust_length(grouped, sizes, unit, remainder, rng)
+    share = dataset_counts[by_rank] / labels.size
+    grouped, sizes = _adjust_length(grouped, sizes, share, num_shards, unit, remainder)
 
-    # 3. the shard of every position: table[class, j % num_shards], j its rank inside the class
-    rank = np.repeat(np.arange(sizes.size), sizes)
-    j = np.arange(grouped.size) - np.repeat(np.cumsum(sizes) - sizes, sizes)
-    table = _deal_table(sizes, dataset_counts[by_rank] / labels.size, num_shards, rng)
-    shard_type = np.uint8 if num_shards <= 256 else np.uint16 if num_shards <= 65536 else np.int64
-    shard = table.astype(shard_type)[rank, j % num_shards]
+    # 3. the shard of every position: table[class, j % n], j its rank inside the class
+    n, n_classes = num_shards, sizes.size
+    index_type = np.int32 if max(grouped.size, n_classes) * max(n, 2) < 2**31 else np.int64
+    residue = np.arange(grouped.size, dtype=index_type)
+    residue -= np.repeat((np.cumsum(sizes) - sizes).astype(index_type), sizes)      # j
+    cell = np.repeat(np.arange(n_classes, dtype=index_type) * n, sizes)              # class row start
+    stratum = residue.copy()
+    residue %= n
+    stratum -= residue                                                               # n * (j // n)
+    cell += residue                                                                  # class * n + j % n
+    table = _deal_table(sizes, share, n, rng)
+    shard_type = np.uint8 if n <= 256 else np.uint16 if n <= 65536 else np.int64
+    shard = table.astype(shard_type).ravel()[cell]
 
     # 4. stratified time: round m = j // n of a class of Q = ceil(n_c / n) rounds holds the strata
     #    [m/Q, (m+1)/Q), split in n slots; residue j % n takes slot (j % n + offset_c) % n, offset_c random,
     #    at a uniform point inside it. A class's shards are thus staggered, evenly spaced on each shard,
-    #    and no shard runs systematically ahead. Quantised to 16 bits, then two stable radix sorts.
-    slots = (num_shards * -(-sizes // num_shards)).astype(np.float32)
-    offset = rng.integers(num_shards, size=sizes.size)
-    stratum = j - j % num_shards + (j + offset[rank]) % num_shards
-    time = (stratum.astype(np.float32) + rng.random(grouped.size, dtype=np.float32)) / slots[rank]
-    time = np.minimum(time * 65536, 65535).astype(np.uint16)
-    order = np.argsort(time, kind="stable")
-    order = order[np.argsort(shard[order], kind="stable")]
-    return [part.astype(np.int64) for part in np.split(grouped[order], num_shards)]
+    #    and no shard runs systematically ahead. Quantised to 16 bits: each shard is one radix sort.
+    slot = (np.arange(n)[None, :] + rng.integers(n, size=(n_classes, 1))) % n
+    stratum += slot.astype(index_type).ravel()[cell]
+    scale = (65536.0 / np.maximum(n * -(-sizes // n), 1)).astype(np.float32)
+    time = stratum.astype(np.float32)
+    time += rng.random(grouped.size, dtype=np.float32)
+    time *= np.repeat(scale, sizes)
+    time = np.minimum(time, 65535, out=time).astype(np.uint16)
+    by_shard = np.argsort(shard, kind="stable")                  # shards are of equal length
+    grouped, time = np.split(grouped[by_shard], n), np.split(time[by_shard], n)
+    return [g[np.argsort(t, kind="stable")].astype(np.int64) for g, t in zip(grouped, time)]
 
 
 # ------------------------------------------------------------------------------------------- the sampler
 class StratifiedDistributedSampler(ds.Sampler):
     """One rank's share of :func:`stratified_shards`, as a ``mindspore.dataset`` sampler.
 
-    The shard length is the same every epoch (``len(sampler)``). Use it as ``sampler=`` on ``ImageFolderDataset``, ``GeneratorDataset`` (random-access source) or
-    ``NumpySlicesDataset``, with ``num_shards``/``shard_id``/``shuffle`` left unset. Every rank must pass
-    the same labels, seed and epoch, and its own ``shard_id``.
+    The shard length is the same every epoch (``len(sampler)``). Use it as ``sampler=`` on
+    ``ImageFolderDataset``, ``GeneratorDataset`` (random-access source) or ``NumpySlicesDataset``, with
+    ``num_shards``/``shard_id``/``shuffle`` left unset. Every rank must pass the same labels, seed, epoch
+    and options, and its own ``shard_id``.
 
     Epochs: the pipeline calls :meth:`reset` at the end of each epoch of an iterator, and reset advances
     the epoch, so ``model.train(epochs, data)`` reshuffles every epoch. A pipeline deep-copies its sampler
