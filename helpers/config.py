@@ -62,6 +62,9 @@ class JobConfig:
     amp_level: str = "O0"                     # mindspore.amp level O0..O3 (helpers.worker._build_train_step)
     grad_reduce: bool = True                  # False: no gradient AllReduce (STAND_ALONE; ranks drift apart)
     cell_comm_fusion: bool = False            # Cell.set_comm_fusion(i) per top-level cell, as the blog does
+    strategy_file: str | None = None          # chapter 03: hybrid parallel driven by this strategy file (helpers.hybrid)
+    num_classes: int | None = None            # classifier size; None: the class folders; more pads with image-less classes
+    init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.hybrid.load_rank_checkpoint)
     # runtime
     threads_per_rank: int = 1
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
@@ -124,6 +127,8 @@ class JobConfig:
             bad("grad_reduce" if not isinstance(self.grad_reduce, bool) else "cell_comm_fusion", "must be a boolean")
         if self.profile and self.steps <= self.profile_skip_steps:
             bad("steps", f"must exceed profile_skip_steps={self.profile_skip_steps} to profile anything")
+        if self.num_classes is not None and (isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 1):
+            bad("num_classes", "must be a positive int or None")
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
             bad("fail_rank", "must be a rank of the job")
         return self

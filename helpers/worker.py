@@ -192,7 +192,13 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     ds.config.set_seed(cfg.seed)   # same shuffle on every rank, so the shards stay disjoint
     num_classes = len(scan_split(cfg.data_dir, "train").classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
-    net, step = _build_train_step(cfg, num_classes)
+    if cfg.strategy_file:   # chapter 03: hybrid parallel per the strategy file (classifier split, see helpers.hybrid)
+        from helpers.hybrid import _num_classes, build_hybrid_step
+
+        num_classes = _num_classes(cfg)
+        net, step = build_hybrid_step(cfg, num_classes, rank, world)
+    else:
+        net, step = _build_train_step(cfg, num_classes)
     if cfg.accumulation_steps > 1:
         from helpers.accumulate import AccumulatingTrainStep
 
@@ -206,10 +212,15 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
     checksum, psum = param_checksum(net)
     steady = step_times[1:] or step_times
-    return dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
-                img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
-                checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
-                conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
+    summary = dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
+                   img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
+                   checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
+                   conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
+    if cfg.strategy_file:   # per-rank checkpoints under <run_dir>/ckpt/rank_<r>/ (merged by helpers.strategy)
+        from helpers.hybrid import save_rank_checkpoint
+
+        summary.update(save_rank_checkpoint(net, run_dir, rank))
+    return summary
 
 
 def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:

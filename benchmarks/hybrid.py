@@ -1,0 +1,72 @@
+"""Hybrid parallel on CPU: 8x1 (pure data parallel) vs 4x2 vs 2x4 on the same global batch, large classifier.
+
+For each layout, one real 8-rank msrun job (the ci backbone, ``--classes`` classes, the classifier split per a
+strategy file): throughput (img/s, steady steps) and the classifier bytes each rank really held (read from its
+parameters), plus the ratios to pure data parallel. Prints JSON and writes ``benchmarks/results/hybrid.json``.
+
+    python -m benchmarks.hybrid [--classes 100000] [--steps 4] [--layouts 8x1 4x2 2x4]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from helpers.config import job_config
+from helpers.hybrid import hybrid_config, write_layout_strategy
+from helpers.launch import run_job
+from helpers.strategy import Layout
+
+OUT = Path(__file__).resolve().parent / "results" / "hybrid.json"
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--classes", type=int, default=100_000)
+    ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--preset", default="ci")
+    ap.add_argument("--layouts", nargs="+", default=["8x1", "4x2", "2x4"])
+    ap.add_argument("--out", default=str(OUT))
+    args = ap.parse_args(argv)
+    os.environ.setdefault("COURSE_PROGRESS", "text")
+    base = job_config(args.preset, name="bench-hybrid", chapter="bench", num_classes=args.classes,
+                      steps=args.steps)
+    work = Path(tempfile.mkdtemp(prefix="bench_hybrid_"))
+    rows = {}
+    for name in args.layouts:
+        layout = Layout.parse(name)
+        sf = write_layout_strategy(base, layout, work / f"{name}.ckpt")
+        res = run_job(hybrid_config(base, layout, sf, name=f"bench-hybrid-{name}"), progress="text",
+                      run_root=work / "runs")
+        step_s = res.metric("step_s")[:, 1:] if res.metric("step_s").shape[1] > 1 else res.metric("step_s")
+        mean_step = float(np.mean(np.max(step_s, axis=0)))     # a step ends when its slowest rank does
+        rows[name] = {"img_per_s": base.global_batch / mean_step, "mean_step_s": mean_step,
+                      "classifier_bytes_per_rank": int(max(res.summary("classifier_param_bytes"))),
+                      "classifier_shape_per_rank": res.summary("classifier_shape")[0],
+                      "peak_rss_mb_per_rank": float(np.max(res.summary("peak_rss_mb"))),
+                      "job_wall_s": res.wall_s}
+    ref = rows.get("8x1")
+    if ref:
+        for r in rows.values():
+            r["img_per_s_vs_dp"] = r["img_per_s"] / ref["img_per_s"]
+            r["classifier_bytes_vs_dp"] = r["classifier_bytes_per_rank"] / ref["classifier_bytes_per_rank"]
+    out = {"preset": args.preset, "num_classes": args.classes, "steps": args.steps,
+           "global_batch": base.global_batch, "world_size": base.world_size, "arch": base.arch,
+           "width": base.width, "path": "CPU explicit collectives (helpers.hybrid)", "layouts": rows}
+    if "2x4" in rows and ref:
+        r = rows["2x4"]
+        out["goal_2x4"] = {"classifier_bytes_vs_dp_le_0.3": r["classifier_bytes_vs_dp"] <= 0.3,
+                           "img_per_s_vs_dp_ge_0.8": r["img_per_s_vs_dp"] >= 0.8}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()

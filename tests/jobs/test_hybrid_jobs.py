@@ -1,0 +1,67 @@
+"""Real 8-rank hybrid jobs (CPU path of helpers.hybrid): equal to a single-process reference, and their
+per-rank checkpoints merged with MindSpore's transform_checkpoints, re-split for another layout, resumed.
+
+The reference (``helpers.hybrid.reference_train``) is one process training the full network on the same global
+batch with BatchNorm run on each rank's micro-batch separately: that is what data parallel computes (every
+rank normalises with its own batch statistics), so the two must agree to float rounding. A reference with BN
+over the whole global batch would differ by ~1e-2 for a reason that has nothing to do with the split.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from helpers.hybrid import hybrid_config, run_reference, trainable_diff, write_layout_strategy
+from helpers.launch import run_job
+from helpers.strategy import (Layout, checkpoint_arrays, merge_rank_checkpoints, merge_shards, read_strategy,
+                              resplit_checkpoint)
+
+pytestmark = pytest.mark.jobs
+CLASSES = 12          # the 10 digit classes padded to 12, so 2 and 4 both divide them
+
+
+@pytest.fixture()
+def hybrid_run(ci_config, tmp_path):
+    cfg = ci_config.replace(num_classes=CLASSES, steps=4)
+    layout = Layout(4, 2)
+    sf = write_layout_strategy(cfg, layout, tmp_path / "4x2.ckpt")
+    res = run_job(hybrid_config(cfg, layout, sf), progress="text", run_root=tmp_path)
+    return cfg, sf, res, tmp_path
+
+
+@pytest.mark.xfail(strict=True, reason="known bug (issue 5): with the classifier split 4x2 the run matches the "
+                   "reference for 2 steps, then drifts (loss diff 2e-4 at step 3, 3e-2 at step 4); pure DP through "
+                   "the same code matches to 5e-7. Strict: this test fails loudly once the drift is fixed.")
+def test_hybrid_4x2_equals_single_process_reference_and_round_trips(hybrid_run):
+    cfg, sf, res, tmp_path = hybrid_run
+    assert res.summary("classifier_shape") == [[CLASSES // 2, 64]] * 8
+    merged = merge_rank_checkpoints(res.run_dir / "ckpt", sf, tmp_path / "merged")
+    full = checkpoint_arrays(merged)
+    ref = run_reference(res.run_dir)
+    # same data and the same start: step 0's per-rank losses agree
+    np.testing.assert_allclose(res.metric("loss")[:, 0], ref["losses"][0], atol=1e-5)
+    np.testing.assert_allclose(res.metric("loss").T, np.array(ref["losses"]), atol=1e-5)
+    diff = trainable_diff(full, ref["params"])
+    assert max(diff.values()) <= 1e-5, sorted(diff.items(), key=lambda kv: -kv[1])[:3]
+
+    # merged classifier = the rank shards put back together by numpy
+    strategy = read_strategy(sf)
+    shards = {r: checkpoint_arrays(res.run_dir / "ckpt" / f"rank_{r}" / f"hybrid{r}.ckpt")["fc.weight"]
+              for r in range(8)}
+    np.testing.assert_array_equal(full["fc.weight"], merge_shards(shards, strategy["fc.weight"], 0.0))
+
+    # re-split for 2x4 and back: every rank gets its quarter of the classes, the backbone whole
+    sf24 = write_layout_strategy(cfg, Layout(2, 4), tmp_path / "2x4.ckpt")
+    outs = resplit_checkpoint(merged, sf24, tmp_path / "split24", 8)
+    for r, path in enumerate(outs):
+        part = checkpoint_arrays(path)
+        m = r % 4
+        np.testing.assert_array_equal(part["fc.weight"], full["fc.weight"][m * 3:(m + 1) * 3])
+        np.testing.assert_array_equal(part["stem.0.weight"], full["stem.0.weight"])
+
+    # and training resumes on the other layout from those files
+    resumed = run_job(hybrid_config(cfg, Layout(2, 4), sf24, init_checkpoint=str(tmp_path / "split24"),
+                                    steps=2, name="resumed"), progress="text", run_root=tmp_path)
+    assert resumed.summary("classifier_shape") == [[CLASSES // 4, 64]] * 8
+    assert np.all(np.isfinite(resumed.metric("loss")))
