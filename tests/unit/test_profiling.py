@@ -1,0 +1,170 @@
+"""helpers.profiling: the pure parsing, step-splitting, breakdown and merging functions (no processes).
+
+The readers are tested on real profiler output in tests/jobs/test_profiling_jobs.py; here the events are
+written in the exact shape MindSpore 2.10's CPU profiler writes them (trace_view.json: a list, string
+``ts``/``dur`` in microseconds, kernels in the process named ``CPU OP``, scopes in ``Scope Layer``).
+"""
+
+import json
+
+import numpy as np
+import pytest
+
+from helpers import profiling as P
+
+
+def kernel(name, ts, dur, pid=2):
+    return {"ph": "X", "name": name, "pid": pid, "tid": 0, "ts": f"{ts:.3f}", "dur": f"{dur:.3f}", "cat": "",
+            "args": {"type": "HostCpuOps"}}
+
+
+META = [{"ph": "M", "name": "process_name", "pid": 2, "tid": 0, "args": {"name": "CPU OP"}},
+        {"ph": "M", "name": "process_name", "pid": 3, "tid": 0, "args": {"name": "Scope Layer"}}]
+AR = "Default/grad_reducer-DistributedGradReducer/AllReduce-op{}"
+CONV = "Default/network-WithLossCell/_backbone-ResNet/stem-SequentialCell/0-Conv2d/Conv2D-op0"
+BN = "Gradients/Default/network-WithLossCell/_backbone-ResNet/BatchNormGrad-op3"
+
+
+def fake_trace(steps=3, t0=1.7e15, step_us=10_000.0, n_ar=2):
+    """Per step: conv 0..1000, bn 1000..2000, then n_ar AllReduces of 500 us each, back to back."""
+    ev = list(META)
+    for k in range(steps):
+        base = t0 + k * step_us
+        ev.append(kernel(CONV, base, 1000))
+        ev.append(kernel(BN, base + 1000, 1000))
+        for i in range(n_ar):
+            ev.append(kernel(AR.format(i), base + 2000 + 500 * i, 500))
+        ev.append({"ph": "X", "name": "Default", "pid": 3, "tid": 0, "ts": f"{base:.3f}", "dur": "3000.000"})
+    return ev
+
+
+def test_op_type_and_comm():
+    assert P.op_type(AR.format(39)) == "AllReduce"
+    assert P.op_type(CONV) == "Conv2D"
+    assert P.op_type("Default/AllReduce-op1") == "AllReduce"
+    assert P.is_comm(AR.format(1)) and not P.is_comm(BN)
+    assert P.is_comm("Default/AllGather-op2") and P.is_comm("x/Broadcast-op0")
+
+
+def test_op_events_keep_only_kernels_sorted_as_floats():
+    ev = P.op_events(fake_trace(steps=2))
+    assert len(ev) == 2 * 4 and all(isinstance(e.start_us, float) for e in ev)
+    assert [e.start_us for e in ev] == sorted(e.start_us for e in ev)
+    assert "Default" not in {e.name for e in ev}, "scope-layer spans are not kernels"
+
+
+def test_split_steps_by_execution_count():
+    steps = P.split_steps(P.op_events(fake_trace(steps=3, n_ar=5)))
+    assert len(steps) == 3 and all(len(s) == 7 for s in steps)
+    assert max(e.end_us for e in steps[0]) <= min(e.start_us for e in steps[1])
+
+
+def test_split_steps_kernel_running_twice_per_step():
+    ev = [P.OpEvent("a", t, 1) for t in (0, 10, 100, 110)] + [P.OpEvent("b", t, 1) for t in (20, 120)]
+    steps = P.split_steps(ev)
+    assert len(steps) == 2 and [e.start_us for e in steps[1]] == [100, 110, 120]
+
+
+def test_split_steps_refuses_partial_steps():
+    ev = [P.OpEvent("a", t, 1) for t in (0, 10, 20)] + [P.OpEvent("b", t, 1) for t in (5, 15)]
+    with pytest.raises(ValueError, match="whole steps"):
+        P.split_steps(ev, n_steps=2)
+
+
+def test_union_length():
+    assert P.union_length([]) == 0
+    assert P.union_length([(0, 2), (1, 3), (5, 6)]) == 4
+    assert P.union_length([(5, 6), (0, 10)]) == 10
+
+
+def test_step_breakdown_compute_comm_idle():
+    ev = P.split_steps(P.op_events(fake_trace(steps=1, n_ar=3)))[0]
+    b = P.step_breakdown(ev)
+    assert b.compute_s == pytest.approx(0.002) and b.comm_s == pytest.approx(0.0015)
+    assert b.idle_s == pytest.approx(0.0) and b.span_s == pytest.approx(0.0035)
+    assert b.allreduce_calls == 3 == b.comm_calls and b.kernels == 5
+
+
+def test_step_breakdown_gap_is_idle():
+    b = P.step_breakdown([P.OpEvent("x/Conv2D-op0", 0, 100), P.OpEvent("x/AllReduce-op0", 300, 100)])
+    assert b.idle_s == pytest.approx(200e-6) and b.comm_s == pytest.approx(100e-6)
+
+
+def test_allreduce_elements_from_framework_lines():
+    lines = ["Conv2D;Conv2D-op0;931081623;input_1:[8, 3, 32, 32];input_2:[8, 3, 3, 3];",
+             "AllReduce;AllReduce-op1;931081623;input_1:[10];",
+             "AllReduce;AllReduce-op3;931081623;input_1:[64, 64, 3, 3];",
+             "AllReduce;AllReduce-op1;931081623;input_1:[10];",
+             "AllReduce;AllReduce-op3;931081623;input_1:[64, 64, 3, 3];",
+             "AllReduce;AllReduce-op9;931081623;input_1:[];"]
+    assert P.shape_elements(lines[0]) == 8 * 3 * 32 * 32 + 8 * 27
+    assert P.allreduce_elements(lines[:5], n_steps=2) == [10, 64 * 64 * 9]
+    assert P.shape_elements(lines[-1]) == 1, "a scalar has one element"
+
+
+def test_overhead_ratio():
+    s = np.array([[9.0, 1.0, 1.0, 1.2, 1.2], [9.0, 1.0, 1.0, 1.2, 1.2]])
+    assert P.overhead_ratio(s, profiled_from=3) == pytest.approx(1.2)
+    with pytest.raises(ValueError):
+        P.overhead_ratio(s, profiled_from=1)
+
+
+def test_fusion_split_indices():
+    assert P.fusion_split_indices([4, 4, 4, 4], 8) == [2]
+    assert P.fusion_split_indices([4, 4, 4, 4], 100) == []
+    assert P.fusion_split_indices([4, 4, 4, 4], 1) == [1, 2, 3]
+    idx = P.fusion_split_indices([1] * 62, 10)
+    assert idx == sorted(set(idx)) and len(idx) + 1 == 7
+
+
+def test_merge_one_process_per_rank_on_a_shared_clock():
+    traces = {r: fake_trace(steps=2, t0=1.7e15 + 50 * r) for r in range(3)}
+    steps = {r: [{"step": 1, "time": (1.7e15 + 20_000) / 1e6, "step_s": 0.02, "data_s": 0.001, "loss": 2.0}]
+             for r in range(3)}
+    merged = P.merge_trace_events(traces, steps)
+    json.dumps(merged)   # serialisable
+    ev = merged["traceEvents"]
+    names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
+    assert names == {0: "rank 0", 1: "rank 1", 2: "rank 2"}
+    kernels = [e for e in ev if e["ph"] == "X" and e["name"] == CONV]
+    assert sorted({e["pid"] for e in kernels}) == [0, 1, 2]
+    assert all(isinstance(e["ts"], float) and isinstance(e["dur"], float) for e in kernels)
+    first = {r: min(e["ts"] for e in kernels if e["pid"] == r) for r in range(3)}
+    assert first[0] == pytest.approx(0.0) and first[2] - first[0] == pytest.approx(100.0)
+    assert merged["otherData"]["t0_epoch_us"] == pytest.approx(1.7e15)
+    step_spans = [e for e in ev if e.get("cat") == "step"]
+    assert len(step_spans) == 3 and all(e["tid"] == 1000 for e in step_spans)
+    assert step_spans[0]["ts"] == pytest.approx(0.0) and step_spans[0]["dur"] == pytest.approx(20_000)
+    # kernels and scope layers land on different threads of the same process
+    assert {e["tid"] for e in ev if e["ph"] == "X" and e["pid"] == 0 and e.get("cat") != "step"
+            and e.get("cat") != "data"} == {0, 200}
+
+
+def test_rank_dirs_reads_the_rank_from_file_names(tmp_path):
+    for rank, host in ((1, "vm_11_a"), (0, "vm_12_b")):
+        d = tmp_path / f"{host}_ascend_ms" / "FRAMEWORK"
+        d.mkdir(parents=True)
+        (d / f"cpu_op_execute_timestamp_{rank}.txt").write_text("")
+    found = P.rank_dirs(tmp_path)
+    assert sorted(found) == [0, 1] and found[0].name == "vm_12_b_ascend_ms"
+    assert P.rank_dirs(tmp_path / "missing") == {}
+
+
+def test_read_rank_on_files(tmp_path):
+    d = tmp_path / "vm_1_x_ascend_ms"
+    (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (d / "FRAMEWORK").mkdir()
+    (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(fake_trace(steps=2, n_ar=2)))
+    (d / "FRAMEWORK" / "cpu_framework_0.txt").write_text(
+        "AllReduce;AllReduce-op0;1;input_1:[10];\nAllReduce;AllReduce-op1;1;input_1:[4, 4];\n" * 2)
+    rp = P.read_rank(d, 0)
+    assert len(rp.steps) == 2 and rp.steps[0].allreduce_calls == 2
+    assert rp.allreduce_elements == [10, 16]
+
+
+def test_typical_step_ignores_one_slow_step():
+    s = np.array([[9.0, 1.0, 1.1, 5.0, 1.0], [9.0, 1.0, 1.1, 5.0, 1.0]])
+    assert P.steady_step_s(s) == pytest.approx(1.05)
+    assert P.steady_step_s(s, profiled_from=3) == pytest.approx(1.05)
+    with pytest.raises(ValueError):
+        P.steady_step_s(s, profiled_from=1)
