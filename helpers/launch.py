@@ -94,7 +94,9 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
     import hashlib
 
     key = json.dumps([cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
-                      cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion], sort_keys=True)
+                      cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion, cfg.micro_batch_size,
+                      cfg.accumulation_steps, cfg.amp_level, cfg.grad_reduce, cfg.cell_comm_fusion,
+                      cfg.strategy_file, cfg.num_classes], sort_keys=True)
     return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
