@@ -54,17 +54,8 @@ from dataclasses import dataclass
 
 from helpers.errors import ConfigError
 
-# Same layout as helpers.models (which imports MindSpore): arch -> (block kind, blocks per stage).
-# tests/unit/test_memory.py asserts these three tables equal the ones in helpers.models.
-ARCHS = {
-    "resnet18": ("basic", (2, 2, 2, 2)),
-    "resnet34": ("basic", (3, 4, 6, 3)),
-    "resnet50": ("bottleneck", (3, 4, 6, 3)),
-    "resnet101": ("bottleneck", (3, 4, 23, 3)),
-    "resnet152": ("bottleneck", (3, 8, 36, 3)),
-}
-EXPANSION = {"basic": 1, "bottleneck": 4}
-BASE_WIDTHS = (64, 128, 256, 512)
+# The same layout tables as helpers.models (shared, MindSpore-free).
+from helpers.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION  # noqa: E402
 
 STEMS = ("imagenet", "small")
 CONV_IMPLS = ("native", "im2col")

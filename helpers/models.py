@@ -11,17 +11,7 @@ from __future__ import annotations
 from mindspore import nn, ops
 
 from helpers.conv import make_conv
-
-# arch -> (block kind, blocks per stage)
-ARCHS = {
-    "resnet18": ("basic", (2, 2, 2, 2)),
-    "resnet34": ("basic", (3, 4, 6, 3)),
-    "resnet50": ("bottleneck", (3, 4, 6, 3)),
-    "resnet101": ("bottleneck", (3, 4, 23, 3)),
-    "resnet152": ("bottleneck", (3, 8, 36, 3)),
-}
-EXPANSION = {"basic": 1, "bottleneck": 4}
-BASE_WIDTHS = (64, 128, 256, 512)
+from helpers.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION
 
 
 def _bn(channels):

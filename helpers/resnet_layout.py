@@ -1,0 +1,14 @@
+"""The ResNet layout as plain data (no MindSpore import), shared by the models and the memory planner.
+
+arch -> (block kind, blocks per stage); channel expansion per block kind; base stage widths.
+"""
+
+ARCHS = {
+    "resnet18": ("basic", (2, 2, 2, 2)),
+    "resnet34": ("basic", (3, 4, 6, 3)),
+    "resnet50": ("bottleneck", (3, 4, 6, 3)),
+    "resnet101": ("bottleneck", (3, 4, 23, 3)),
+    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+}
+EXPANSION = {"basic": 1, "bottleneck": 4}
+BASE_WIDTHS = (64, 128, 256, 512)
