@@ -15,7 +15,7 @@ from pathlib import Path
 from helpers.errors import ConfigError
 
 DEVICE_TARGETS = ("CPU", "GPU", "Ascend")
-TASKS = ("train", "noop")
+TASKS = ("train", "noop", "grad_check")   # grad_check: helpers.gradcheck.run_task (chapter 02)
 SAMPLERS = ("distributed_shuffle", "distributed", "contiguous", "stratified")
 
 

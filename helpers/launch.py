@@ -93,7 +93,7 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
     """One cache folder per graph-shaping part of the config, so different jobs never overwrite each other."""
     import hashlib
 
-    key = json.dumps([cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
+    key = json.dumps([cfg.task, cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
                       cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion, cfg.micro_batch_size,
                       cfg.accumulation_steps, cfg.amp_level, cfg.grad_reduce, cfg.cell_comm_fusion,
                       cfg.strategy_file, cfg.num_classes], sort_keys=True)

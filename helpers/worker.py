@@ -253,6 +253,10 @@ def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
         rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
                    samples=int(len(lab)), rss_peak_mb=mem["rss_peak_mb"], rss_mb=mem["rss_mb"],
                    vms_peak_mb=vms_peak)
+        if cfg.device_target != "CPU":   # the device allocator's own peak (it reports 0 on CPU)
+            from mindspore import runtime
+
+            rec["device_peak_mb"] = runtime.max_memory_allocated() / 2**20
         if num_classes <= 256:
             rec["class_hist"] = np.bincount(lab, minlength=num_classes).tolist()
         out.write("step", **rec)
@@ -275,7 +279,12 @@ def main(argv=None) -> int:
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
     try:
         apply_cpu_memory_cap(cfg)
-        summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
+        if cfg.task == "grad_check":   # chapter 02: accumulated vs full-batch gradients, on every rank
+            from helpers.gradcheck import run_task
+
+            summary = run_task(cfg, rank, world)
+        else:
+            summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
         out.write("summary", **summary)
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
         text = "".join(traceback.format_exception(exc))

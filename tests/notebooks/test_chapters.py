@@ -64,3 +64,20 @@ def test_04_profiling(standin, tmp_path):
     assert r["comm_fusion_module_exists"] is False
     assert Path(r["trace_path"]).name == "merged_trace.json" and Path(r["trace_path"]).exists()
 
+
+
+def test_02_oom_gradient_accumulation(standin, tmp_path):
+    r = execute("02_oom_gradient_accumulation", tmp_path)
+    assert r["oom_reproduced"] is True, "the full batch under the cap must fail with kind 'oom'"
+    assert r["accumulation_succeeded"] is True
+    assert r["grad_max_abs_diff_no_bn"] <= 1e-6
+    assert 1e-4 < r["grad_max_abs_diff_bn"] < 1.0, "BatchNorm micro-batch statistics: a real, bounded difference"
+    assert set(r["peak_rss_mb"]) == set(r["throughput_img_s"]) == {"full_batch", "accumulated"}
+    assert r["peak_rss_mb"]["accumulated"] < r["peak_rss_mb"]["full_batch"]
+    assert r["activation_mb"]["accumulated"] < 0.6 * r["activation_mb"]["full_batch"]
+    assert all(v > 0 for v in r["throughput_img_s"].values())
+    assert r["throughput_img_s"]["accumulated"] > 0.3 * r["throughput_img_s"]["full_batch"]   # shared machine: noisy
+    assert 0.75 <= r["planner_vs_measured_slope_ratio"] <= 1.25
+    assert r["builtin_cell_grad_ratio"] == pytest.approx(r["accumulation_steps"], rel=1e-3)
+    assert r["blog_fits_40gb"] is True and 11 < r["blog_planner_gib"] < 12
+    assert r["model_has_gradient_accumulation_steps"] is False

@@ -10,7 +10,7 @@ import pytest
 
 from helpers.config import job_config
 from helpers.errors import JobFailed
-from helpers.launch import find_msrun, free_port, job_env, msrun_command
+from helpers.launch import compile_cache_dir, find_msrun, free_port, job_env, msrun_command
 from helpers.metrics import MetricsTail, MetricsWriter, read_records
 from helpers.progress import TextProgress
 from helpers.report import md_table
@@ -92,3 +92,14 @@ def test_results_are_plain_json_and_refuse_nan(tmp_path):
 
 def test_md_table():
     assert md_table([(1, 0.123456)], ["a", "b"]).splitlines()[-1] == "| 1 | 0.1235 |"
+
+
+def test_compile_cache_folder_differs_for_every_graph_shape():
+    # A full-batch job, its accumulated twin and a grad_check job of the same model build different graphs;
+    # sharing one folder made MindSpore load the wrong graph (seen: labels read as -134217584).
+    full = job_config("ci", conv_impl="native")
+    variants = [full, full.replace(micro_batch=2, accumulation_steps=4),
+                full.replace(micro_batch=2, accumulation_steps=4, task="grad_check"),
+                full.replace(conv_impl="im2col"), full.replace(amp_level="O2")]
+    assert len({compile_cache_dir(c) for c in variants}) == len(variants)
+    assert compile_cache_dir(full) == compile_cache_dir(full.replace(steps=9, lr=0.5, name="other"))

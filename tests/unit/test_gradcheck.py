@@ -1,0 +1,105 @@
+"""Gradient accumulation equals the full batch (one rank, no BatchNorm), the built-in cells' factor K, and the
+pure parts of the memory measurements chapter 02 relies on (no processes started here)."""
+
+import numpy as np
+import pytest
+
+from helpers.config import job_config
+from helpers.memory_measure import cap_below, fit_slope, planner_vs_measured
+
+
+@pytest.fixture(scope="module")
+def local_check():
+    import mindspore as ms
+
+    from helpers.gradcheck import check_local
+
+    ms.set_device("CPU")
+    rng = np.random.default_rng(0)
+    images = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
+    labels = rng.integers(0, 10, 8).astype(np.int32)
+    return check_local(images, labels, k=4, arch=None, builtin=True)
+
+
+def test_accumulated_gradient_equals_full_batch_without_batchnorm(local_check):
+    r = local_check["no_bn"]
+    assert local_check["micro_batch"] == 2 and local_check["accumulation_steps"] == 4
+    assert r["max_abs_grad"] > 1e-3, "a real gradient, not zeros (the buffers were read before zeroing)"
+    assert r["max_abs_diff"] <= 1e-6
+    assert r["ratio"] == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize("which", ["nn.GradAccumulationCell", "parallel.nn.GradAccumulation"])
+def test_builtin_cells_sum_the_micro_batch_losses(local_check, which):
+    r = local_check["builtin"][which]
+    assert "error" not in r, r.get("error")
+    assert r["ratio"] == pytest.approx(4.0, rel=1e-4), "K micro-batch means added: K x the mean gradient"
+    assert r["cosine"] == pytest.approx(1.0, abs=1e-6)
+
+
+def test_accumulating_step_wants_k_micro_batches():
+    import mindspore as ms
+    from mindspore import nn
+
+    from helpers.accumulate import AccumulatingTrainStep
+    from helpers.gradcheck import small_net
+
+    net = small_net()
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    step = AccumulatingTrainStep(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.1, 0.9), 4)
+    one = (ms.Tensor(np.zeros((2, 3, 8, 8), np.float32)), ms.Tensor(np.zeros(2, np.int32)))
+    with pytest.raises(ValueError, match="expected 4 micro-batches"):
+        step([one, one])
+
+
+def test_compare_reports_difference_ratio_and_cosine():
+    from helpers.gradcheck import compare
+
+    ref = [np.array([1.0, -2.0]), np.array([[0.5]])]
+    doubled = [2 * g for g in ref]
+    r = compare(ref, doubled)
+    assert r["ratio"] == pytest.approx(2.0) and r["cosine"] == pytest.approx(1.0)
+    assert r["max_abs_diff"] == pytest.approx(2.0) and r["max_abs_grad"] == pytest.approx(2.0)
+    assert r["elements"] == 3
+
+
+def test_fit_slope_and_cap_below():
+    slope, intercept = fit_slope([8, 16, 32], [108.0, 116.0, 132.0])
+    assert slope == pytest.approx(1.0) and intercept == pytest.approx(100.0)
+    assert cap_below(3735.3, 256) == 3479
+
+
+def test_planner_vs_measured_uses_the_planners_activation_slope():
+    from helpers.memory import estimate
+
+    est = estimate("resnet18", 1, 32, num_classes=10, width=0.125, stem="small")
+    per_image = est.activation_bytes_per_image / 2**20
+    rows = [{"batch": b, "steady_peak_rss_mb": 500 + 2 * per_image * b, "conv_impl": "native",
+             "image_size": 32} for b in (8, 32, 64)]
+    r = planner_vs_measured(rows)
+    assert r["measured_slope_mib_per_image"] == pytest.approx(2 * per_image)
+    assert r["planner_vs_measured_slope_ratio"] == pytest.approx(0.5)
+    assert r["planner_mb"][0] == pytest.approx(500 + per_image * 8)
+
+
+@pytest.mark.parametrize("device", [False, True])
+def test_job_memory_per_rank_and_the_device_peak_when_there_is_one(tmp_path, device):
+    from helpers.launch import JobResult
+    from helpers.memory_measure import job_memory
+    from helpers.metrics import MetricsWriter
+
+    steps = {}
+    for r in range(2):
+        w = MetricsWriter(tmp_path, r)
+        w.write("ready", rss_mb=100.0 + r, vms_mb=900.0)
+        steps[r] = []
+        for i, peak in enumerate((150.0, 170.0 + r)):
+            rec = dict(step=i, rss_peak_mb=peak, rss_mb=peak - 5, vms_peak_mb=1000.0 + i,
+                       **({"device_peak_mb": 2000.0 + 10 * r} if device else {}))
+            w.write("step", **rec)
+            steps[r].append(rec)
+        w.close()
+    m = job_memory(JobResult(tmp_path, job_config("ci"), 0, 1.0, steps=steps, summaries={0: {}, 1: {}}))
+    assert m["peak_rss"] == [170.0, 171.0] and m["ready_rss"] == [100.0, 101.0]
+    assert m["activation"] == [70.0, 70.0] and m["max_vms_peak"] == 1001.0
+    assert m["max_device_peak"] == (2010.0 if device else None)
