@@ -20,6 +20,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,10 +58,44 @@ def find_msrun() -> str:
     return path
 
 
+PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "ms-course-ports"
+PORT_HOLD_S = 120.0     # a port handed out is not handed out again for this long (msrun binds it within seconds)
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A free TCP port, reserved host-wide for ``PORT_HOLD_S`` so that launchers running at the same time
+    (two notebooks, a room of workshop users on one server) never get the same one.
+
+    The kernel's ``bind(port 0)`` alone is not enough: the port is released at once and msrun binds it
+    seconds later, and the kernel hands released ports out again (600 calls in a row gave 14 repeats).
+    Each port given out leaves a file ``<tmp>/ms-course-ports/<port>`` created with O_EXCL; a port whose
+    file is younger than ``PORT_HOLD_S`` is skipped, whoever took it.
+    """
+    try:
+        PORT_LOCK_DIR.mkdir(exist_ok=True)
+        os.chmod(PORT_LOCK_DIR, 0o1777)          # shared by every user of the machine (sticky, like /tmp)
+    except OSError:
+        pass
+    now = time.time()
+    for old in (PORT_LOCK_DIR.iterdir() if PORT_LOCK_DIR.is_dir() else []):   # forget old reservations
+        try:
+            if now - old.stat().st_mtime > PORT_HOLD_S:
+                old.unlink()
+        except OSError:
+            pass
+    for _ in range(200):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        lock = PORT_LOCK_DIR / str(port)
+        try:
+            os.close(os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return port
+        except FileExistsError:
+            continue                                   # reserved by a launcher moments ago: take another
+        except OSError:
+            return port                                # no shared folder to reserve in: the kernel's choice
+    raise RuntimeError(f"no free TCP port found that is not reserved in {PORT_LOCK_DIR}")
 
 
 def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str = "msrun") -> list[str]:

@@ -1,0 +1,19 @@
+"""The course runner's index page: one row per chapter linking its HTML handout, with status, time and
+the recorded results, and a failed chapter shown as failed (no notebook is executed here)."""
+
+import json
+
+from helpers.course import ChapterRun, write_index
+
+
+def test_index_links_every_handout_with_its_results_and_failures(tmp_path):
+    runs = [ChapterRun("00_environment_setup", True, 91.0, str(tmp_path / "00.ipynb"),
+                       str(tmp_path / "00_environment_setup.html"), {"weights_identical": True}),
+            ChapterRun("01_load_imbalance", False, 12.0, "", "", {}, "PapermillExecutionError: cell 7 <boom>")]
+    page = write_index(runs, tmp_path, "ci").read_text(encoding="utf-8")
+    assert '<a href="00_environment_setup.html">00_environment_setup</a>' in page
+    assert "&quot;weights_identical&quot;: true" in page and "91 s" in page
+    assert "❌ PapermillExecutionError: cell 7 &lt;boom&gt;" in page and "(no results recorded)" in page
+    assert "preset <code>ci</code>" in page and "total 103 s" in page
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [r["stem"] for r in summary] == ["00_environment_setup", "01_load_imbalance"]
