@@ -67,6 +67,7 @@ class JobConfig:
     init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.hybrid.load_rank_checkpoint)
     # runtime
     threads_per_rank: int = 1
+    bind_cores: bool = False                  # CPU: msrun --bind_core pins local rank r to core r % cores
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
     timeout_s: float = 900.0
     glog_v: int = 3

@@ -98,11 +98,21 @@ def free_port() -> int:
     raise RuntimeError(f"no free TCP port found that is not reserved in {PORT_LOCK_DIR}")
 
 
+def bind_core_map(local_workers: int, cores: int | None = None) -> dict:
+    """msrun's ``--bind_core`` dict pinning local rank r to core ``r % cores``: ``{"device0": ["0"], ...}``.
+
+    ``--bind_core=True`` binds nothing on a machine with fewer cores than workers (MindSpore's automatic
+    plan needs one core per worker at least), which is every laptop running 8 CPU ranks."""
+    cores = cores or os.cpu_count() or 1
+    return {f"device{r}": [str(r % cores)] for r in range(local_workers)}
+
+
 def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str = "msrun") -> list[str]:
     """The msrun invocation for this node of the job (multi-node fields pass straight through)."""
+    bind = [f"--bind_core={json.dumps(bind_core_map(cfg.local_workers))}"] if cfg.bind_cores else []
     return [msrun, f"--worker_num={cfg.world_size}", f"--local_worker_num={cfg.local_workers}",
             f"--master_addr={cfg.master_addr}", f"--master_port={cfg.master_port}",
-            f"--node_rank={cfg.node_rank}", f"--log_dir={log_dir}", "--join=True",
+            f"--node_rank={cfg.node_rank}", f"--log_dir={log_dir}", "--join=True", *bind,
             "python", "-u", "-m", "helpers.worker", str(config_path)]
 
 

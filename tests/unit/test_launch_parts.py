@@ -10,7 +10,7 @@ import pytest
 
 from helpers.config import job_config
 from helpers.errors import JobFailed
-from helpers.launch import compile_cache_dir, find_msrun, free_port, job_env, msrun_command
+from helpers.launch import bind_core_map, compile_cache_dir, find_msrun, free_port, job_env, msrun_command
 from helpers.metrics import MetricsTail, MetricsWriter, read_records
 from helpers.progress import TextProgress
 from helpers.report import md_table
@@ -103,3 +103,13 @@ def test_compile_cache_folder_differs_for_every_graph_shape():
                 full.replace(conv_impl="im2col"), full.replace(amp_level="O2")]
     assert len({compile_cache_dir(c) for c in variants}) == len(variants)
     assert compile_cache_dir(full) == compile_cache_dir(full.replace(steps=9, lr=0.5, name="other"))
+
+
+def test_bind_cores_pins_local_rank_r_to_core_r_mod_cores(tmp_path):
+    assert bind_core_map(4, 2) == {"device0": ["0"], "device1": ["1"], "device2": ["0"], "device3": ["1"]}
+    cfg = job_config("ci", bind_cores=True)
+    cmd = msrun_command(cfg, tmp_path / "c.json", tmp_path / "logs")
+    (flag,) = [a for a in cmd if a.startswith("--bind_core=")]
+    assert json.loads(flag.split("=", 1)[1]) == bind_core_map(8)
+    assert cmd.index(flag) < cmd.index("python"), "an msrun flag, before the worker command"
+    assert not any(a.startswith("--bind_core") for a in msrun_command(job_config("ci"), tmp_path, tmp_path))

@@ -1,0 +1,117 @@
+"""The knobs that decide CPU throughput of 8 ranks on few cores, each measured against the preset's settings.
+
+Short runs of the preset's model (our worker unless said), alternating ``--repeats`` rounds:
+
+- ``base``: the preset as it is (``threads_per_rank``, ``dataset_workers``, no core binding, GRAPH_MODE);
+- ``threads_<n>``: ``threads_per_rank=n`` (``mindspore.device_context.cpu.op_tuning.threads_num`` and
+  ``OMP_NUM_THREADS`` per rank);
+- ``bind_core``: ``bind_cores=True``, i.e. msrun ``--bind_core`` with a dict pinning rank r to core
+  ``r % cores`` (``helpers.launch.bind_core_map``; checked with taskset). ``--bind_core=True`` binds nothing
+  here: MindSpore's automatic strategy needs at least one core per worker ("Available CPUs is less than 1.
+  Will not enable bind core feature.");
+- ``workers_<n>``: ``dataset_workers=n`` (``num_parallel_workers`` of the dataset and its map);
+- ``model_train_graph`` vs ``model_train_pynative``: GRAPH_MODE vs PYNATIVE_MODE. Our worker has no mode
+  switch (``helpers.worker._setup_runtime`` sets GRAPH_MODE), so the pair runs the ``Model.train`` script
+  (``benchmarks/model_train_worker.py --mode``, preset comm fusion): the ratio is the mode's effect.
+- Dataset sink mode: measured in ``benchmarks.vs_model_train`` (on CPU ``Model.train`` falls back to the
+  non-sink loop; our worker has no sink mode).
+
+Each knob's ratio is img/s(variant) / img/s(its reference) (``base``, or ``model_train_graph``); the JSON's
+``recommendation`` names the settings that beat the reference by more than ``--margin`` (noise on a shared
+machine). Writes ``benchmarks/results/knobs.json``.
+
+    python -m benchmarks.knobs [--preset ci] [--steps 10] [--repeats 2] [--threads 2] [--workers 2]
+    python -m benchmarks.knobs --repeats 1 --append --only base threads_2 ...   # one more round, in this order
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import tempfile
+from pathlib import Path
+
+from benchmarks._jobs import RESULTS, SKIP_STEPS, alternate, launch_script, medians, run_record, save
+from helpers.config import job_config
+from helpers.launch import bind_core_map, run_job
+
+MT = "benchmarks/model_train_worker.py"
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="ci")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--margin", type=float, default=0.05)
+    ap.add_argument("--only", nargs="*", default=None, help="variant names to run, in this order (default: all)")
+    ap.add_argument("--append", action="store_true",
+                    help="add this run's rounds to those already in the results JSON (same preset and steps)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    base = job_config(args.preset, chapter="bench", name="knobs-base", steps=args.steps)
+    root = Path(tempfile.mkdtemp(prefix="bench_knobs_"))
+    cores = os.cpu_count() or 1
+    bind = bind_core_map(base.world_size, cores)
+
+    def ours(cfg):
+        return lambda: run_record(run_job(cfg, progress="none", run_root=root))
+
+    variants = {
+        "base": ours(base),
+        f"threads_{args.threads}": ours(base.replace(name="knobs-threads", threads_per_rank=args.threads)),
+        "bind_core": ours(base.replace(name="knobs-bind", bind_cores=True)),
+        f"workers_{args.workers}": ours(base.replace(name="knobs-workers", dataset_workers=args.workers)),
+        "model_train_graph": lambda: run_record(launch_script(
+            base.replace(name="knobs-mt-graph", compile_cache=False), [MT, "--fusion", "config", "--mode", "graph"],
+            root)),
+        "model_train_pynative": lambda: run_record(launch_script(
+            base.replace(name="knobs-mt-pynative", compile_cache=False),
+            [MT, "--fusion", "config", "--mode", "pynative"], root)),
+    }
+    if args.only:
+        variants = {k: variants[k] for k in args.only if k in variants}   # in the order given
+    runs = alternate(variants, args.repeats)
+    rounds = args.repeats
+    if args.append:
+        prev = json.loads(Path(args.out or RESULTS / "knobs.json").read_text())
+        if (prev["preset"], prev["steps"]) != (args.preset, args.steps):
+            raise SystemExit("--append: the earlier results are for another preset or step count")
+        for k, v in prev["runs"].items():
+            if not k.startswith("_"):
+                runs[k] = v + runs.get(k, [])
+        rounds = {k: len(v) for k, v in runs.items() if not k.startswith("_")}
+    med, best = medians(runs), medians(runs, "best_img_per_s")
+    refs = {k: ("model_train_graph" if k.startswith("model_train_") else "base") for k in med}
+
+    def ratios_of(m):
+        return {k: (m[k] / m[refs[k]] if m.get(k) and m.get(refs[k]) else None)
+                for k in m if k not in ("base", "model_train_graph")}
+
+    ratios, ratios_best = ratios_of(med), ratios_of(best)
+    # a knob is recommended when it wins by more than the margin on the median AND on the best step
+    better = {k: r for k, r in ratios.items() if r is not None and r > 1 + args.margin
+              and (ratios_best.get(k) or 0) > 1 + args.margin}
+    rec = {"threads_per_rank": args.threads if better.get(f"threads_{args.threads}") else base.threads_per_rank,
+           "dataset_workers": args.workers if better.get(f"workers_{args.workers}") else base.dataset_workers,
+           "bind_cores": bool(better.get("bind_core")),
+           "mode": "PYNATIVE" if better.get("model_train_pynative") else "GRAPH"}
+    return save("knobs", {
+        "preset": args.preset, "arch": base.arch, "width": base.width, "world_size": base.world_size,
+        "global_batch": base.global_batch, "steps": args.steps, "steady_from_step": SKIP_STEPS,
+        "repeats": rounds, "preset_settings": {"threads_per_rank": base.threads_per_rank,
+                                                     "dataset_workers": base.dataset_workers,
+                                                     "bind_cores": base.bind_cores, "mode": "GRAPH"},
+        "bind_core_dict": bind, "median_img_per_s": med, "reference": refs, "ratios": ratios,
+        "best_step_img_per_s": best, "ratios_best_step": ratios_best,
+        "margin": args.margin, "recommendation": rec,
+        "not_in_the_launcher": {
+            "mode": "helpers.worker._setup_runtime always sets GRAPH_MODE: a mode field would be needed"},
+        "runs": runs, "run_root": str(root)}, args.out)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,97 @@
+"""mindcv's training pipeline on one rank, as mindcv's ``train.py`` builds it (runs in mindcv's own venv).
+
+mindcv's ``train.py`` lives in its GitHub repository, not in the ``mindcv`` wheel; this script makes the
+same calls with the same defaults: ``init()`` + ``set_auto_parallel_context(parallel_mode="data_parallel",
+gradients_mean=True)``, ``create_dataset`` (ImageFolder, ``num_shards``/``shard_id``, shuffle),
+``create_transforms(is_training=True)`` (RandomCropDecodeResize + horizontal flip + normalize, like our
+``stem="imagenet"`` pipeline), ``create_loader``, ``create_model``, ``create_loss("CE")``,
+``create_optimizer(opt="momentum")``, ``create_trainer`` -> ``mindspore.Model``, ``model.train(...,
+dataset_sink_mode=True)`` (mindcv's default; on CPU MindSpore runs the non-sink loop). The only addition is
+our step-timing callback (``benchmarks._steptimer``) and the config's ``threads_num`` (the same runtime
+setting our worker uses, so the two trainers are compared, not two thread settings).
+
+    msrun ... python -u benchmarks/mindcv_worker.py [--model resnet18] [--sink 1] <run_dir>/config.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("--model", default="resnet18")
+    ap.add_argument("--sink", type=int, default=1)
+    args = ap.parse_args(argv)
+
+    import mindspore as ms
+    from mindspore.communication import get_group_size, get_rank, init
+
+    from helpers.config import JobConfig
+    from helpers.metrics import MetricsWriter
+    from helpers.worker import failure_kind, peak_rss_mb
+
+    cfg = JobConfig.load(args.config)
+    run_dir = Path(args.config).parent
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    from mindspore.device_context.cpu.op_tuning import threads_num
+
+    threads_num(cfg.threads_per_rank)
+    init()                                   # the scheduler process never returns from here
+    rank, world = get_rank(), get_group_size()
+    out = MetricsWriter(run_dir, rank)
+    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    try:
+        import mindcv
+        from mindcv.data import create_dataset, create_loader, create_transforms
+        from mindcv.loss import create_loss
+        from mindcv.models import create_model
+        from mindcv.optim import create_optimizer
+        from mindcv.utils import create_trainer, get_metrics, set_seed
+
+        from benchmarks._steptimer import StepTimer
+        from helpers.paths import resolve
+
+        ms.set_auto_parallel_context(device_num=world, parallel_mode="data_parallel", gradients_mean=True)
+        set_seed(cfg.seed, rank)
+        dataset = create_dataset(name="", root=str(resolve(cfg.data_dir)), split="train", shuffle=True,
+                                 num_shards=world, shard_id=rank, num_parallel_workers=cfg.dataset_workers)
+        num_classes = dataset.num_classes()
+        transforms = create_transforms(dataset_name="", is_training=True, image_resize=cfg.image_size)
+        loader = create_loader(dataset=dataset, batch_size=cfg.batch_per_rank, drop_remainder=True,
+                               is_training=True, num_classes=num_classes, transform=transforms,
+                               num_parallel_workers=cfg.dataset_workers)
+        network = create_model(model_name=args.model, num_classes=num_classes, pretrained=False)
+        loss = create_loss(name="CE", reduction="mean", label_smoothing=0.0)
+        optimizer = create_optimizer(network.trainable_params(), opt="momentum", lr=cfg.lr,
+                                     weight_decay=cfg.weight_decay, momentum=cfg.momentum, loss_scale=1.0)
+        model = create_trainer(network, loss, optimizer, metrics=get_metrics(num_classes), amp_level="O0",
+                               amp_cast_list=None, loss_scale_type="fixed", loss_scale=1.0,
+                               drop_overflow_update=False)
+        timer = StepTimer(out, cfg.steps, cfg.batch_per_rank)
+        epochs = math.ceil(cfg.steps / loader.get_dataset_size())
+        model.train(epochs, loader, callbacks=[timer], dataset_sink_mode=bool(args.sink))
+        n_params = sum(p.size for p in network.trainable_params())
+        out.write("summary", **timer.summary(cfg.global_batch), peak_rss_mb=peak_rss_mb(), path="mindcv",
+                  mindcv=mindcv.__version__, mindspore=ms.__version__, model=args.model,
+                  trainable_params=int(n_params), dataset_sink_mode=bool(args.sink))
+    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
+        text = "".join(traceback.format_exception(exc))
+        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+        raise
+    finally:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,93 @@
+"""MindSpore's high-level path on one rank: ``mindspore.train.Model(...).train(...)`` under ``DATA_PARALLEL``.
+
+What a MindSpore user writes instead of our worker: the same network (``helpers.models``), the same data
+pipeline (``helpers.data.build_dataset``: ImageFolderDataset, DistributedSampler sharding, same transforms),
+the same loss, optimizer and global batch, then ``Model(net, loss_fn, optimizer).train(...)``. Launched by
+msrun (``benchmarks.vs_model_train`` / ``benchmarks.knobs``); writes our worker's metrics records through a
+step-timing callback (``benchmarks._steptimer``), so both are read back the same way.
+
+    msrun ... python -u benchmarks/model_train_worker.py [--sink 0|1] [--fusion default|config]
+                                                         [--mode graph|pynative] <run_dir>/config.json
+
+``--fusion default``: ``set_auto_parallel_context(parallel_mode=DATA_PARALLEL, gradients_mean=True)`` only,
+as the MindSpore tutorials write it (one AllReduce per gradient); ``config``: plus the config's
+``comm_fusion`` (the setting our presets use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("--sink", type=int, default=0)
+    ap.add_argument("--fusion", choices=["default", "config"], default="default")
+    ap.add_argument("--mode", choices=["graph", "pynative"], default="graph")
+    args = ap.parse_args(argv)
+
+    import mindspore as ms
+    from mindspore import context, nn
+    from mindspore.communication import get_group_size, get_rank, init
+    from mindspore.context import ParallelMode
+    from mindspore.train import Model
+
+    from helpers.config import JobConfig
+    from helpers.metrics import MetricsWriter
+    from helpers.worker import failure_kind, peak_rss_mb
+
+    cfg = JobConfig.load(args.config)
+    run_dir = Path(args.config).parent
+    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
+    ms.set_device("CPU")
+    from mindspore.device_context.cpu.op_tuning import threads_num
+
+    threads_num(cfg.threads_per_rank)
+    init()                                   # the scheduler process never returns from here
+    rank, world = get_rank(), get_group_size()
+    out = MetricsWriter(run_dir, rank)
+    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    try:
+        parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
+        if args.fusion == "config" and cfg.comm_fusion:
+            parallel["comm_fusion"] = cfg.comm_fusion
+        context.set_auto_parallel_context(**parallel)
+        import mindspore.dataset as ds
+
+        from benchmarks._steptimer import StepTimer
+        from helpers.data import build_dataset, scan_split
+        from helpers.models import build_model
+
+        ds.config.set_seed(cfg.seed)
+        num_classes = len(scan_split(cfg.data_dir, "train").classes)
+        data = build_dataset(cfg, "train", rank, world)
+        ms.set_seed(cfg.seed)
+        net = build_model(cfg.arch, num_classes, cfg.width, cfg.stem, cfg.conv_impl)
+        loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+        opt = nn.Momentum(net.trainable_params(), cfg.lr, cfg.momentum, weight_decay=cfg.weight_decay)
+        model = Model(net, loss_fn=loss, optimizer=opt)
+        timer = StepTimer(out, cfg.steps, cfg.batch_per_rank)
+        epochs = math.ceil(cfg.steps / data.get_dataset_size())
+        model.train(epochs, data, callbacks=[timer], dataset_sink_mode=bool(args.sink))
+        out.write("summary", **timer.summary(cfg.global_batch), peak_rss_mb=peak_rss_mb(), path="Model.train",
+                  dataset_sink_mode=bool(args.sink), fusion=args.fusion, mode=args.mode,
+                  effective_sink_mode=bool(args.sink) and cfg.device_target != "CPU")
+    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
+        text = "".join(traceback.format_exception(exc))
+        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+        raise
+    finally:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

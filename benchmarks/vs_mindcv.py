@@ -1,0 +1,99 @@
+"""Our worker vs mindcv's trainer (the MindSpore model zoo, ``mindcv`` on PyPI), 8 ranks via msrun.
+
+mindcv is installed only in its own environment (``--venv``, default ``/work/venv-mindcv``; ``--setup``
+creates it with ``pip install mindspore==<ours> mindcv``), never in requirements.txt. Its ``train.py`` is
+not in the wheel, so ``benchmarks/mindcv_worker.py`` makes train.py's calls (see there). mindcv's models
+take no width multiplier, so both sides train the full ResNet-18 (``stem="imagenet"``: 7x7/2 + max-pool,
+the same layout as mindcv's ``resnet18``, 11,181,642 parameters in 62 tensors for 10 classes) on the
+digits stand-in at 32 px, with the preset's global batch and the same transforms. Ours keeps its preset
+settings (comm fusion, compile cache, conv choice); mindcv runs as train.py would (no comm fusion).
+Alternating runs; steady img/s as in ``benchmarks.vs_model_train``. If mindcv cannot be installed or
+imported, the JSON records why and no ratio.
+
+Goal (issue 7): ours >= 1.0x mindcv. Writes ``benchmarks/results/vs_mindcv.json``.
+
+    python -m benchmarks.vs_mindcv [--preset ci] [--steps 8] [--repeats 2] [--setup]
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks._jobs import SKIP_STEPS, alternate, launch_script, medians, run_record, save
+from helpers.config import job_config
+from helpers.launch import run_job
+
+VENV = "/work/venv-mindcv"
+SCRIPT = "benchmarks/mindcv_worker.py"
+
+
+def setup_venv(venv: str) -> str:
+    """A fresh venv with the same MindSpore as ours, mindcv and numpy < 2 (numpy 2 breaks mindspore.dataset)."""
+    import mindspore
+
+    subprocess.run([sys.executable, "-m", "venv", venv], check=True)
+    subprocess.run([f"{venv}/bin/pip", "install", "-q", f"mindspore=={mindspore.__version__}", "mindcv",
+                    "numpy>=1.25,<2", "psutil"], check=True)
+    return venv
+
+
+def probe(venv: str) -> dict:
+    """Versions in mindcv's environment, or why it is unusable."""
+    py = Path(venv) / "bin" / "python"
+    if not py.exists():
+        return {"ok": False, "error": f"{py} does not exist (run with --setup)"}
+    code = ("import json, mindspore, mindcv; from mindcv.models import create_model; "
+            "print(json.dumps({'mindspore': mindspore.__version__, 'mindcv': mindcv.__version__}))")
+    r = subprocess.run([str(py), "-c", code], capture_output=True, text=True, env={"GLOG_v": "3", "PATH": "/usr/bin:/bin"})
+    if r.returncode:
+        return {"ok": False, "error": r.stderr.strip()[-2000:]}
+    import json
+
+    return {"ok": True, **json.loads(r.stdout.strip().splitlines()[-1])}
+
+
+def main(argv=None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="ci")
+    ap.add_argument("--steps", type=int, default=8)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--venv", default=VENV)
+    ap.add_argument("--setup", action="store_true", help="create the mindcv venv first")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    if args.setup and not Path(args.venv, "bin", "python").exists():
+        setup_venv(args.venv)
+    env = probe(args.venv)
+    base = job_config(args.preset, chapter="bench", name="ours-resnet18", arch="resnet18", width=1.0,
+                      stem="imagenet", steps=args.steps)
+    common = {"preset": args.preset, "arch": "resnet18 (full width, imagenet stem: mindcv's resnet18 layout)",
+              "image_size": base.image_size, "world_size": base.world_size, "global_batch": base.global_batch,
+              "steps": args.steps, "steady_from_step": SKIP_STEPS, "repeats": args.repeats,
+              "mindcv_env": {"venv": args.venv, **env}, "goal": ">= 1.0"}
+    if not env["ok"]:
+        return save("vs_mindcv", {**common, "ratio": None, "goal_met": None,
+                                  "error": "mindcv unusable: " + env["error"]}, args.out)
+    root = Path(tempfile.mkdtemp(prefix="bench_vs_mindcv_"))
+    variants = {
+        "ours": lambda: run_record(run_job(base, progress="none", run_root=root)),
+        "mindcv": lambda: run_record(launch_script(base.replace(name="mindcv", compile_cache=False),
+                                                   [SCRIPT, "--model", "resnet18", "--sink", "1"], root,
+                                                   python_bin=str(Path(args.venv) / "bin"))),
+    }
+    runs = alternate(variants, args.repeats)
+    med, best = medians(runs), medians(runs, "best_img_per_s")
+    ratio = med["ours"] / med["mindcv"] if med.get("ours") and med.get("mindcv") else None
+    ratio_best = best["ours"] / best["mindcv"] if best.get("ours") and best.get("mindcv") else None
+    return save("vs_mindcv", {**common, "ours_comm_fusion": base.comm_fusion, "mindcv_comm_fusion": None,
+                              "median_img_per_s": med, "ratio": ratio, "best_step_img_per_s": best,
+                              "ratio_best_step": ratio_best,
+                              "goal_met": None if ratio is None else ratio >= 1.0,
+                              "runs": runs, "run_root": str(root)}, args.out)
+
+
+if __name__ == "__main__":
+    main()

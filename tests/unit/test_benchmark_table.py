@@ -1,0 +1,117 @@
+"""benchmarks/RESULTS.md builder: goals judged, rows from each benchmark's JSON, markdown shape (no jobs)."""
+
+import json
+import re
+
+import pytest
+
+from benchmarks.table import Row, collect, goal_rows, judge, render, write_results_md
+
+MACHINE = {"cores": 2, "cpu": "Test CPU", "load_avg_1_5_15": [1.5, 2.0, 2.5], "date_utc": "2026-01-01 00:00"}
+
+
+@pytest.mark.parametrize("value, goal, expected", [
+    (1.2, ">= 1.0", "met"),
+    (1.0, ">= 1.0", "met"),
+    (0.75, ">= 1.0", "missed by 0.25 (25 %)"),
+    (0.5, "<= 0.6", "met"),
+    (0.9, "<= 0.6", "missed by 0.3 (50 %)"),
+    (900.0, "<= 600", "missed by 300 (50 %)"),
+    (0.4, "< 0.5", "met"),
+    (1.0, "0.75..1.25", "met"),
+    (1.5, "0.75..1.25", "missed by 0.25 (outside 0.75..1.25)"),
+    (None, ">= 1.0", "not measured"),
+    (3.0, "", ""),
+])
+def test_judge(value, goal, expected):
+    assert judge(value, goal) == expected
+
+
+def test_judge_rejects_an_unreadable_goal():
+    with pytest.raises(ValueError):
+        judge(1.0, "about one")
+
+
+def _results():
+    m = {"machine": {"load_avg_1_5_15": [7.25, 6.0, 5.0]}}
+    return {
+        "vs_model_train": {**m, "preset": "ci", "world_size": 8, "global_batch": 64, "ratio": 1.4,
+                           "ratios": {"ours_over_model_train": 1.4, "ours_over_model_train_fused": 0.97}},
+        "vs_mindcv": {**m, "ratio": None, "error": "mindcv unusable: ImportError: no module"},
+        "scaling": {**m, "preset": "ci", "efficiency": 0.62},
+        "course_time": {"ci": {"total_s": 480.0, "all_ok": True, "machine": {"load_avg_1_5_15": [3.0, 2, 1]}}},
+        "knobs": {**m, "ratios": {"threads_2": 0.9, "workers_2": 1.1}, "reference": {"threads_2": "base"},
+                  "recommendation": {"threads_per_rank": 1, "dataset_workers": 2}},
+        "launch_overhead": {"ratio_run_job_over_msrun": 0.74},
+        "comm_fusion": {"preset": "cpu", "step_time_ratio_fused_over_baseline": 0.48,
+                        "allreduce_per_step": {"baseline": 62, "fused": 1}},
+        "hybrid": {"layouts": {"2x4": {"classifier_bytes_vs_dp": 0.25, "img_per_s_vs_dp": 0.77}}},
+        "accumulation": {"cases": {"oom_experiment": {"activation_ratio_accumulated_over_full": 0.3,
+                                                      "throughput_ratio_accumulated_over_full": 0.91}},
+                         "planner": {"planner_vs_measured_slope_ratio": 0.99}},
+        "sampler": {"speedup_vs_iterating": 35.0, "stratified_all_shards_s": 0.2,
+                    "max_tv": {"stratified": 0.001}, "environment": {"load_avg_1min": 0.5}},
+    }
+
+
+def _by_what(rows):
+    return {r.what: r for r in rows}
+
+
+def test_goal_rows_cover_every_benchmark_and_judge_them():
+    rows = _by_what(goal_rows(_results()))
+    mt = rows["our worker / Model.train (DATA_PARALLEL), img/s"]
+    assert (mt.measured, mt.goal, mt.load, judge(mt.measured, mt.goal)) == (1.4, ">= 1.0", 7.25, "met")
+    assert judge(rows["our worker / Model.train with the preset's comm fusion, img/s"].measured, ">= 1.0") \
+        == "missed by 0.03 (3 %)"
+    cv = rows["our worker / mindcv trainer, img/s"]
+    assert cv.measured is None and "ImportError" in cv.note
+    assert rows["8 ranks / 1 process (all cores), img/s at the same global batch"].measured == 0.62
+    ci = rows["whole course, preset ci, seconds"]
+    assert (ci.measured, ci.goal, ci.load, ci.unit) == (480.0, "<= 600", 3.0, "s")
+    assert rows["whole course, preset cpu, seconds"].measured is None      # no cpu entry yet
+    assert rows["knob workers_2 / base, img/s"].goal == ""
+    assert "dataset_workers" in rows["knobs: recommended ci/cpu preset settings"].note
+    assert rows["hybrid 2x4: img/s / pure DP"].measured == 0.77
+    assert rows["stratified split, worst shard's max TV"].load == 0.5
+    assert rows["memory planner / measured activation slope"].goal == "0.75..1.25"
+
+
+def test_load_is_the_range_over_the_runs_when_they_record_it():
+    res = {"scaling": {"efficiency": 0.7, "machine": {"load_avg_1_5_15": [1.0, 1, 1]},
+                       "runs": {"8_ranks": [{"load_avg_1min": 9.24}, {"load_avg_1min": 16.55}],
+                                "1_process": [{"load_avg_1min": 7.64}], "_failed": {}}}}
+    row = _by_what(goal_rows(res))["8 ranks / 1 process (all cores), img/s at the same global batch"]
+    assert row.load == "7.6-16.6"
+    assert "| 7.6-16.6 |" in render([row], MACHINE)
+
+
+def test_goal_rows_without_results_still_list_issue_7_goals_as_not_measured():
+    rows = goal_rows({})
+    assert {r.what for r in rows} >= {"our worker / Model.train (DATA_PARALLEL), img/s",
+                                      "our worker / mindcv trainer, img/s",
+                                      "whole course, preset ci, seconds", "whole course, preset cpu, seconds"}
+    assert all(r.measured is None for r in rows)
+
+
+def test_render_is_one_markdown_table_with_the_machine_line():
+    rows = [Row("a | b", 1.23456, ">= 1.0", "results/x.json", 2.0), Row("t", 700.0, "<= 600", "results/c.json",
+                                                                       unit="s"),
+            Row("info", None, "", "results/k.json", note="n")]
+    text = render(rows, MACHINE)
+    assert "2 cores" in text and "2026-01-01 00:00" in text and "1.50 / 2.00 / 2.50" in text
+    table = [ln for ln in text.splitlines() if ln.startswith("|")]
+    assert len(table) == 2 + len(rows)
+    assert all(len(re.split(r"(?<!\\)\|", ln)) == 9 for ln in table)   # 7 columns; "a \\| b" stays one cell
+    assert "| 1.23x | >= 1.0 | met | 2.0 |" in text
+    assert "| 700 s | <= 600 | missed by 100 (17 %) |" in text
+    assert "| info | — | — | (info) |" in text
+
+
+def test_collect_and_write_results_md(tmp_path):
+    (tmp_path / "scaling.json").write_text(json.dumps({"efficiency": 0.9, "preset": "ci"}))
+    (tmp_path / "broken.json").write_text("{not json")
+    assert set(collect(tmp_path)) == {"scaling"}
+    out = tmp_path / "RESULTS.md"
+    text = write_results_md(tmp_path, out)
+    assert out.read_text() == text and "| 0.9x | >= 0.8 | met |" in text
