@@ -20,7 +20,6 @@ import argparse
 import math
 import os
 import sys
-import traceback
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -42,7 +41,7 @@ def main(argv=None) -> int:
 
     from helpers.config import JobConfig
     from helpers.metrics import MetricsWriter
-    from helpers.worker import failure_kind, peak_rss_mb
+    from helpers.worker import peak_rss_mb, record_failure
 
     cfg = JobConfig.load(args.config)
     run_dir = Path(args.config).parent
@@ -81,8 +80,7 @@ def main(argv=None) -> int:
                   dataset_sink_mode=bool(args.sink), fusion=args.fusion, mode=args.mode,
                   effective_sink_mode=bool(args.sink) and cfg.device_target != "CPU")
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
-        text = "".join(traceback.format_exception(exc))
-        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+        record_failure(out, exc)
         raise
     finally:
         out.close()

@@ -193,16 +193,22 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
 
 
 # ---------------------------------------------------------------- processes of a job
-def job_processes(job_id: str) -> list[psutil.Process]:
-    """Every live process whose environment carries this job's id (msrun, scheduler, workers, helpers)."""
+def processes_with_env(name: str, value: str) -> list[psutil.Process]:
+    """Every live process (but this one) whose environment has ``name=value``: a job's processes by its
+    id, by msrun's ``MS_SCHED_PORT``, or anything a test started with a marker of its own."""
     found = []
     for p in psutil.process_iter(["pid"]):
         try:
-            if p.pid != os.getpid() and p.environ().get(JOB_ID_ENV) == job_id:
+            if p.pid != os.getpid() and p.environ().get(name) == value:
                 found.append(p)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def job_processes(job_id: str) -> list[psutil.Process]:
+    """Every live process whose environment carries this job's id (msrun, scheduler, workers, helpers)."""
+    return processes_with_env(JOB_ID_ENV, job_id)
 
 
 def stop_job(procs: list[subprocess.Popen], job_id: str, grace_s: float = GRACE_S) -> None:

@@ -29,6 +29,13 @@ def failure_kind(text: str) -> str:
     return "oom" if any(m in text for m in OOM_MARKERS) else "crash"
 
 
+def record_failure(out: MetricsWriter, exc: BaseException) -> None:
+    """The rank's ``failure`` record: its kind (``oom``/``crash``), the error and the traceback's tail, which
+    the launcher reads to raise one readable ``JobFailed`` instead of msrun's exit code."""
+    text = "".join(traceback.format_exception(exc))
+    out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+
+
 def param_checksum(net) -> tuple[str, float]:
     """sha256 over the trainable parameters (name order) and their plain sum.
 
@@ -287,9 +294,7 @@ def main(argv=None) -> int:
             summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
         out.write("summary", **summary)
     except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
-        text = "".join(traceback.format_exception(exc))
-        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}",
-                  traceback=text[-4000:])
+        record_failure(out, exc)
         raise
     finally:
         out.close()

@@ -29,6 +29,8 @@ import nbformat
 import psutil
 import pytest
 
+from helpers.launch import processes_with_env
+
 pytestmark = pytest.mark.browser
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,14 +100,7 @@ def ci_copy(dest: Path, results_path: Path) -> Path:
 
 # ---------------------------------------------------------------- JupyterLab server
 def marked_processes(marker: str) -> list[psutil.Process]:
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != os.getpid() and p.environ().get(MARKER_ENV) == marker:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
+    return processes_with_env(MARKER_ENV, marker)
 
 
 def write_settings(folder: Path) -> None:

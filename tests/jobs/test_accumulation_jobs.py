@@ -1,25 +1,17 @@
 """Real 8-rank msrun jobs for chapter 02: accumulation equals the full batch across ranks, an accumulated
 training job runs, and a rank over its memory cap fails the job with kind 'oom' leaving no process behind."""
 
-import psutil
 import pytest
 
 from helpers.errors import JobFailed
-from helpers.launch import run_job
+from helpers.launch import processes_with_env, run_job
 from helpers.memory_measure import cap_below, job_memory
 
 pytestmark = pytest.mark.jobs
 
 
 def processes_with_port(port: int) -> list[int]:
-    left = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.environ().get("MS_SCHED_PORT") == str(port):
-                left.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return left
+    return [p.pid for p in processes_with_env("MS_SCHED_PORT", str(port))]
 
 
 def test_accumulated_gradient_equals_the_global_batch_gradient_on_8_ranks(ci_config, tmp_path):

@@ -12,25 +12,17 @@ import threading
 import time
 from pathlib import Path
 
-import psutil
 import pytest
 
 from helpers.errors import JobFailed
-from helpers.launch import run_job
+from helpers.launch import processes_with_env, run_job
 from helpers.metrics import read_records
 
 pytestmark = pytest.mark.jobs
 
 
 def processes_with_port(port: int) -> list[int]:
-    left = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.environ().get("MS_SCHED_PORT") == str(port):
-                left.append(p.pid)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return left
+    return [p.pid for p in processes_with_env("MS_SCHED_PORT", str(port))]
 
 
 def only_run_dir(root: Path) -> Path:
