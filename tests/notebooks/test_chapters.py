@@ -14,7 +14,9 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 def execute(stem: str, tmp_path: Path) -> dict:
     run = run_chapter(NOTEBOOKS / f"{stem}.ipynb", "ci", tmp_path)
     assert run.ok, f"{stem} failed: {run.error} (executed notebook: {run.notebook})"
-    assert Path(run.html).exists()
+    page = Path(run.html).read_text(encoding="utf-8")
+    assert "data:image/png;base64" in page, "the HTML handout embeds the chapter's figures"
+    assert (tmp_path / "results" / f"{stem}.json").exists()
     return run.results
 
 
@@ -43,6 +45,18 @@ def test_01_load_imbalance(standin, tmp_path):
     assert r["imagenet_scale_max_tv"]["stratified"] < r["imagenet_scale_max_tv"]["distributed_shuffle"]
     assert 0 < r["imagenet_scale_split_s"] < 5
     assert r["class_column_rejected"] is True
+
+
+def test_03_hybrid_parallel(standin, tmp_path):
+    r = execute("03_hybrid_parallel", tmp_path)
+    assert r["layouts_run"] == ["8x1", "4x2"]
+    assert r["max_param_diff_vs_reference"] <= 1e-5, r["param_diff_vs_reference_per_step"]
+    assert r["max_loss_diff_vs_reference"] <= 1e-5
+    bytes_ = r["classifier_param_bytes_per_rank"]
+    assert set(bytes_) == {"dp", "hybrid"} and bytes_["hybrid"] * 2 == bytes_["dp"]
+    assert r["merged_checkpoint_max_diff"] == 0.0
+    assert r["resumed_on_layout"] == "2x4"
+    assert r["bad_strategy_rejected"] is True
 
 
 def test_04_profiling(standin, tmp_path):

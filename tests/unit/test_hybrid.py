@@ -138,3 +138,30 @@ def test_rank_checkpoints_load_only_with_their_layout(tmp_path, cfg, files):
         H.load_rank_checkpoint(other, tmp_path / "c24", 6)
     with pytest.raises(DataError, match="rank_9"):
         H.load_rank_checkpoint(net, tmp_path / "c24", 9)
+
+
+def test_hybrid_config_trace_dir_goes_to_the_workers_env(tmp_path, cfg, files):
+    a = H.hybrid_config(cfg.replace(env={"X": "1"}), S.Layout(4, 2), files["4x2"], trace_dir=tmp_path / "t")
+    assert a.env == {"X": "1", H.TRACE_ENV: str((tmp_path / "t").resolve())}
+    assert H.TRACE_ENV not in H.hybrid_config(cfg, S.Layout(4, 2), files["4x2"]).env
+
+
+def test_step_trace_round_trip_puts_the_classifier_back_together(tmp_path, cfg, files):
+    """What every rank writes per update, read back as the full network (the reference follows it)."""
+    strategy = S.read_strategy(files["2x4"])
+    full = H.build_full_net(cfg, NUM_CLASSES)
+    want = {p.name: p.asnumpy() for p in full.trainable_params()}
+    traces = []
+    for rank in range(8):
+        net = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), strategy, rank)
+        back, fc = H._ordered_params(net)
+        traces.append(H.StepTrace(tmp_path, rank, back + fc))
+    for t in traces:
+        t()                                   # one "update" (weights unchanged): step_1
+    for step in (0, 1):
+        got = H.read_trace(tmp_path, files["2x4"], 8, step)
+        assert set(got) == set(want)
+        for name, a in want.items():
+            np.testing.assert_array_equal(got[name], a)
+    with pytest.raises(DataError, match="step_2"):
+        H.read_trace(tmp_path, files["2x4"], 8, 2)
