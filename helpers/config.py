@@ -67,7 +67,7 @@ class JobConfig:
     init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.hybrid.load_rank_checkpoint)
     # runtime
     threads_per_rank: int = 1
-    bind_cores: bool = False                  # CPU: msrun --bind_core pins local rank r to core r % cores
+    bind_cores: bool = False                  # CPU, more ranks than cores: pin local rank r to core r % cores
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
     timeout_s: float = 900.0
     glog_v: int = 3
@@ -161,10 +161,10 @@ FUSE_ALL = {"allreduce": {"mode": "auto", "config": None}}
 PRESETS: dict[str, dict] = {
     "ci": dict(device_target="CPU", arch="resnet18", width=0.125, stem="small", image_size=32,
                global_batch=64, steps=4, conv_impl="auto", data_dir="data/digits", timeout_s=600.0,
-               comm_fusion=FUSE_ALL),
+               comm_fusion=FUSE_ALL, bind_cores=True),
     "cpu": dict(device_target="CPU", arch="resnet18", width=0.25, stem="small", image_size=32,
                 global_batch=128, steps=30, conv_impl="auto", data_dir="data/digits", timeout_s=1800.0,
-                comm_fusion=FUSE_ALL),
+                comm_fusion=FUSE_ALL, bind_cores=True),
     "gpu8": dict(device_target="GPU", arch="resnet50", width=1.0, stem="imagenet", image_size=224,
                  global_batch=256, steps=500, conv_impl="native", data_dir="/data/imagenet",
                  lr=0.1, dataset_workers=8, threads_per_rank=8, timeout_s=7200.0, comm_fusion=FUSE_ALL),

@@ -107,9 +107,17 @@ def bind_core_map(local_workers: int, cores: int | None = None) -> dict:
     return {f"device{r}": [str(r % cores)] for r in range(local_workers)}
 
 
+def binds_cores(cfg: JobConfig, cores: int | None = None) -> bool:
+    """Pin ranks to cores only on CPU and only when the ranks outnumber the cores (a laptop, CI): there it
+    was measured 1.4x faster (``benchmarks/results/knobs.json``). With enough cores the OS places the ranks
+    better than a fixed map would, and on a shared server every user's rank r would land on core r."""
+    cores = cores or os.cpu_count() or 1
+    return cfg.bind_cores and cfg.device_target == "CPU" and cfg.local_workers > cores
+
+
 def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str = "msrun") -> list[str]:
     """The msrun invocation for this node of the job (multi-node fields pass straight through)."""
-    bind = [f"--bind_core={json.dumps(bind_core_map(cfg.local_workers))}"] if cfg.bind_cores else []
+    bind = [f"--bind_core={json.dumps(bind_core_map(cfg.local_workers))}"] if binds_cores(cfg) else []
     return [msrun, f"--worker_num={cfg.world_size}", f"--local_worker_num={cfg.local_workers}",
             f"--master_addr={cfg.master_addr}", f"--master_port={cfg.master_port}",
             f"--node_rank={cfg.node_rank}", f"--log_dir={log_dir}", "--join=True", *bind,
