@@ -214,6 +214,22 @@ def processes_with_env(name: str, value: str) -> list[psutil.Process]:
     return found
 
 
+def kill_processes_with_env(name: str, value: str, rounds: int = 3, wait_s: float = 3.0) -> list[psutil.Process]:
+    """SIGKILL every process carrying ``name=value`` (a process may fork while we kill: a few rounds);
+    returns what is still alive (nothing, normally)."""
+    for _ in range(rounds):
+        left = processes_with_env(name, value)
+        if not left:
+            return []
+        for p in left:
+            try:
+                p.kill()
+            except psutil.NoSuchProcess:
+                pass
+        psutil.wait_procs(left, timeout=wait_s)
+    return processes_with_env(name, value)
+
+
 def job_processes(job_id: str) -> list[psutil.Process]:
     """Every live process whose environment carries this job's id (msrun, scheduler, workers, helpers)."""
     return processes_with_env(JOB_ID_ENV, job_id)
@@ -232,16 +248,7 @@ def stop_job(procs: list[subprocess.Popen], job_id: str, grace_s: float = GRACE_
         if all(p.poll() is not None for p in procs) and not job_processes(job_id):
             break
         time.sleep(0.25)
-    for _ in range(3):
-        left = job_processes(job_id)
-        if not left:
-            break
-        for p in left:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(left, timeout=3)
+    kill_processes_with_env(JOB_ID_ENV, job_id)
     for p in procs:
         if p.poll() is None:
             p.kill()

@@ -29,7 +29,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers.launch import processes_with_env
+from helpers.launch import kill_processes_with_env, processes_with_env
 
 pytestmark = pytest.mark.browser
 
@@ -185,16 +185,7 @@ class JupyterLab:
                 self.proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 pass
-        for _ in range(3):
-            left = marked_processes(self.marker)
-            if not left:
-                break
-            for p in left:
-                try:
-                    p.kill()
-                except psutil.NoSuchProcess:
-                    pass
-            psutil.wait_procs(left, timeout=5)
+        kill_processes_with_env(MARKER_ENV, self.marker, wait_s=5.0)
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()

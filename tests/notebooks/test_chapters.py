@@ -93,5 +93,8 @@ def test_02_oom_gradient_accumulation(standin, tmp_path):
     assert r["throughput_img_s"]["accumulated"] > 0.3 * r["throughput_img_s"]["full_batch"]   # shared machine: noisy
     assert 0.75 <= r["planner_vs_measured_slope_ratio"] <= 1.25
     assert r["builtin_cell_grad_ratio"] == pytest.approx(r["accumulation_steps"], rel=1e-3)
+    assert r["builtin_parallel_grad_ratio"] == pytest.approx(r["accumulation_steps"], rel=1e-3)
+    assert r["grad_check_same_on_all_ranks"] is True
+    assert r["accumulated_samples_per_step"] == r["batch_per_rank"], "K micro-batches make the per-rank batch"
     assert r["blog_fits_40gb"] is True and 11 < r["blog_planner_gib"] < 12
     assert r["model_has_gradient_accumulation_steps"] is False
