@@ -36,7 +36,7 @@ def main(argv=None) -> int:
 
     from helpers.config import JobConfig
     from helpers.metrics import MetricsWriter
-    from helpers.worker import peak_rss_mb, record_failure
+    from helpers.worker import peak_rss_mb, recording_failures
 
     cfg = JobConfig.load(args.config)
     run_dir = Path(args.config).parent
@@ -49,7 +49,7 @@ def main(argv=None) -> int:
     rank, world = get_rank(), get_group_size()
     out = MetricsWriter(run_dir, rank)
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
-    try:
+    with recording_failures(out):
         import mindcv
         from mindcv.data import create_dataset, create_loader, create_transforms
         from mindcv.loss import create_loss
@@ -83,11 +83,6 @@ def main(argv=None) -> int:
         out.write("summary", **timer.summary(cfg.global_batch), peak_rss_mb=peak_rss_mb(), path="mindcv",
                   mindcv=mindcv.__version__, mindspore=ms.__version__, model=args.model,
                   trainable_params=int(n_params), dataset_sink_mode=bool(args.sink))
-    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
-        record_failure(out, exc)
-        raise
-    finally:
-        out.close()
     return 0
 
 

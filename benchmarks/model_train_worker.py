@@ -41,7 +41,7 @@ def main(argv=None) -> int:
 
     from helpers.config import JobConfig
     from helpers.metrics import MetricsWriter
-    from helpers.worker import peak_rss_mb, record_failure
+    from helpers.worker import peak_rss_mb, recording_failures
 
     cfg = JobConfig.load(args.config)
     run_dir = Path(args.config).parent
@@ -54,7 +54,7 @@ def main(argv=None) -> int:
     rank, world = get_rank(), get_group_size()
     out = MetricsWriter(run_dir, rank)
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
-    try:
+    with recording_failures(out):
         parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
         if args.fusion == "config" and cfg.comm_fusion:
             parallel["comm_fusion"] = cfg.comm_fusion
@@ -79,11 +79,6 @@ def main(argv=None) -> int:
         out.write("summary", **timer.summary(cfg.global_batch), peak_rss_mb=peak_rss_mb(), path="Model.train",
                   dataset_sink_mode=bool(args.sink), fusion=args.fusion, mode=args.mode,
                   effective_sink_mode=bool(args.sink) and cfg.device_target != "CPU")
-    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
-        record_failure(out, exc)
-        raise
-    finally:
-        out.close()
     return 0
 
 

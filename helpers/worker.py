@@ -14,6 +14,7 @@ import resource
 import sys
 import time
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -29,11 +30,19 @@ def failure_kind(text: str) -> str:
     return "oom" if any(m in text for m in OOM_MARKERS) else "crash"
 
 
-def record_failure(out: MetricsWriter, exc: BaseException) -> None:
-    """The rank's ``failure`` record: its kind (``oom``/``crash``), the error and the traceback's tail, which
-    the launcher reads to raise one readable ``JobFailed`` instead of msrun's exit code."""
-    text = "".join(traceback.format_exception(exc))
-    out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+@contextmanager
+def recording_failures(out: MetricsWriter):
+    """Around a rank's work: an exception becomes the rank's ``failure`` record (its kind ``oom``/``crash``,
+    the error, the traceback's tail), which the launcher reads to raise one readable ``JobFailed`` instead of
+    msrun's exit code; it is then re-raised so msrun sees the failure. The metrics file is closed either way."""
+    try:
+        yield out
+    except BaseException as exc:
+        text = "".join(traceback.format_exception(exc))
+        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+        raise
+    finally:
+        out.close()
 
 
 def param_checksum(net) -> tuple[str, float]:
@@ -284,7 +293,7 @@ def main(argv=None) -> int:
     rank, world = get_rank(), get_group_size()
     out = MetricsWriter(run_dir, rank)
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
-    try:
+    with recording_failures(out):
         apply_cpu_memory_cap(cfg)
         if cfg.task == "grad_check":   # chapter 02: accumulated vs full-batch gradients, on every rank
             from helpers.gradcheck import run_task
@@ -293,11 +302,6 @@ def main(argv=None) -> int:
         else:
             summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
         out.write("summary", **summary)
-    except BaseException as exc:  # noqa: BLE001 - recorded, then re-raised so msrun sees the failure
-        record_failure(out, exc)
-        raise
-    finally:
-        out.close()
     return 0
 
 
