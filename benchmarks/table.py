@@ -134,6 +134,14 @@ def goal_rows(results: dict[str, dict]) -> list[Row]:
         add(f"whole course, preset {preset}, seconds", t, f"<= {limit:g}", "course_time",
             "" if t is None else ("all chapters ok" if ok else "some chapter failed"), unit="s",
             load=_load(d.get(preset) or {}))
+        jobs = _get(d, preset, "jobs", "all")
+        if jobs and jobs.get("jobs"):
+            add(f"course {preset}: seconds launching jobs (msrun start to the last rank through init())",
+                jobs["launch_s"], "", "course_time",
+                f"{jobs['jobs']} jobs, {jobs['launch_s'] / jobs['jobs']:.0f} s each; first steps (compilation) "
+                f"{jobs['first_step_s']:.0f} s, other steps and evaluation {jobs['rest_s']:.0f} s, exits "
+                f"{jobs['exit_s']:.0f} s; all jobs {jobs['total_s']:.0f} s of the course's {t:.0f} s", unit="s",
+                load=_load(d.get(preset) or {}))
     d = r.get("knobs")
     if d:
         for k, v in (d.get("ratios") or {}).items():
