@@ -234,6 +234,32 @@ def render(rows: list[Row], machine: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def course_timings(course_time: dict | None) -> str:
+    """Markdown section: wall time of each chapter per preset, and how many jobs it launched and how long
+    their launches took (from ``course_time.json``); '' when no preset was timed."""
+    presets = [p for p in COURSE_GOALS_S if isinstance((course_time or {}).get(p), dict)]
+    if not presets:
+        return ""
+    stems = sorted({stem for p in presets for stem in course_time[p].get("chapters", {})})
+
+    def cell(p, stem):
+        ch = course_time[p].get("chapters", {}).get(stem)
+        if not ch:
+            return "not run"
+        jobs = _get(course_time[p], "jobs", "chapters", stem.split("_")[0])
+        extra = f" ({jobs['jobs']} jobs, launches {jobs['launch_s']:.0f} s)" if jobs else ""
+        return f"{ch['seconds'] / 60:.1f} min{extra}" + ("" if ch.get("ok") else " FAILED")
+
+    lines = ["", "## Course wall time per chapter", "",
+             "`python -m benchmarks course_time --preset <p>`: each notebook run headless by `python -m helpers.course run`; "
+             "in brackets the jobs the chapter launched and their seconds from msrun start to the last rank through `init()`.", "",
+             "| chapter | " + " | ".join(f"`{p}` ({_get(course_time[p], 'machine', 'date_utc') or '?'})" for p in presets) + " |",
+             "| --- | " + " | ".join("---" for _ in presets) + " |"]
+    lines += [f"| `{stem}` | " + " | ".join(cell(p, stem) for p in presets) + " |" for stem in stems]
+    lines.append("| **total** | " + " | ".join(f"**{course_time[p]['total_s'] / 60:.1f} min**" for p in presets) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def collect(results_dir: str | Path = RESULTS_DIR) -> dict[str, dict]:
     out = {}
     for path in sorted(Path(results_dir).glob("*.json")):
@@ -252,6 +278,7 @@ def current_machine() -> dict:
 
 
 def write_results_md(results_dir: str | Path = RESULTS_DIR, path: str | Path = RESULTS_MD) -> str:
-    text = render(goal_rows(collect(results_dir)), current_machine())
+    results = collect(results_dir)
+    text = render(goal_rows(results), current_machine()) + course_timings(results.get("course_time"))
     Path(path).write_text(text)
     return text

@@ -119,3 +119,16 @@ def test_collect_and_write_results_md(tmp_path):
     out = tmp_path / "RESULTS.md"
     text = write_results_md(tmp_path, out)
     assert out.read_text() == text and "| 0.9x | >= 0.8 | met |" in text
+
+
+def test_course_timings_table_has_a_column_per_timed_preset():
+    from benchmarks.table import course_timings
+
+    assert course_timings({}) == "" and course_timings(None) == ""
+    ct = {"ci": {"total_s": 600.0, "machine": {"date_utc": "2026-12-02 20:00"},
+                 "chapters": {"00_env": {"seconds": 90.0, "ok": True}, "01_x": {"seconds": 150.0, "ok": False}},
+                 "jobs": {"chapters": {"00": {"jobs": 2, "launch_s": 41.0}}}}}
+    text = course_timings(ct)
+    assert "| chapter | `ci` (2026-12-02 20:00) |" in text
+    assert "| `00_env` | 1.5 min (2 jobs, launches 41 s) |" in text
+    assert "| `01_x` | 2.5 min FAILED |" in text and "| **total** | **10.0 min** |" in text
