@@ -234,6 +234,22 @@ def render(rows: list[Row], machine: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def measured_on(results: dict[str, dict]) -> str:
+    """Markdown paragraph: which CPU each result file was measured on (the session's machine can change, and
+    CPU-bound ratios and kernel choices change with it); files that did not record it are listed as such."""
+    by_cpu: dict[str, list[str]] = {}
+    for name, d in sorted(results.items()):
+        subs = [(name, d)] if "machine" in d or name != "course_time" else \
+            [(f"{name} ({p})", v) for p, v in d.items() if isinstance(v, dict)]
+        for label, v in subs:
+            cpu = _get(v, "machine", "cpu") or "not recorded"
+            by_cpu.setdefault(cpu, []).append(label)
+    if not by_cpu:
+        return ""
+    parts = [f"**{cpu}**: {', '.join(names)}" for cpu, names in sorted(by_cpu.items())]
+    return "\nMeasured on: " + "; ".join(parts) + ".\n"
+
+
 def course_timings(course_time: dict | None) -> str:
     """Markdown section: wall time of each chapter per preset, and how many jobs it launched and how long
     their launches took (from ``course_time.json``); '' when no preset was timed."""
@@ -279,6 +295,7 @@ def current_machine() -> dict:
 
 def write_results_md(results_dir: str | Path = RESULTS_DIR, path: str | Path = RESULTS_MD) -> str:
     results = collect(results_dir)
-    text = render(goal_rows(results), current_machine()) + course_timings(results.get("course_time"))
+    text = (render(goal_rows(results), current_machine()) + measured_on(results)
+            + course_timings(results.get("course_time")))
     Path(path).write_text(text)
     return text

@@ -132,3 +132,14 @@ def test_course_timings_table_has_a_column_per_timed_preset():
     assert "| chapter | `ci` (2026-12-02 20:00) |" in text
     assert "| `00_env` | 1.5 min (2 jobs, launches 41 s) |" in text
     assert "| `01_x` | 2.5 min FAILED |" in text and "| **total** | **10.0 min** |" in text
+
+
+def test_measured_on_groups_result_files_by_cpu():
+    from benchmarks.table import measured_on
+
+    text = measured_on({"a": {"machine": {"cpu": "AMD EPYC"}}, "b": {"ratio": 1.0},
+                        "course_time": {"benchmark": "course_time", "ci": {"machine": {"cpu": "Intel Xeon"}}},
+                        "c": {"machine": {"cpu": "AMD EPYC"}}})
+    assert "**AMD EPYC**: a, c" in text and "**Intel Xeon**: course_time (ci)" in text
+    assert "**not recorded**: b" in text
+    assert measured_on({}) == ""
