@@ -163,12 +163,16 @@ def _measure_here(spec: dict) -> dict:
 
 def measure_step_memory(batch: int, arch: str = "resnet18", width: float = 0.125, stem: str = "small",
                         image_size: int = 32, conv_impl: str = "native", accumulation_steps: int = 1,
-                        steps: int = 2, threads: int = 1, timeout_s: float = 600.0) -> dict:
+                        steps: int = 2, threads: int = 1, timeout_s: float = 600.0,
+                        onednn_verbose: bool = False) -> dict:
     """Peak RSS of steady training steps (after compilation) of one model in a fresh single process.
 
     ``batch`` is the per-step batch (with ``accumulation_steps`` K it is split into K micro-batches run
     through ``helpers.accumulate``). Returns MiB figures: ``ready_rss_mb`` (built, before the first step),
     ``steady_peak_rss_mb`` (peak of the steps after the compiling one), ``vms_peak_mb``, and step times.
+    ``onednn_verbose``: also return ``conv_kernels``, the oneDNN implementation MindSpore's native
+    convolution ran for each pass (``onednn_conv_kernels``): it depends on the CPU's instruction set, and
+    so does the memory a convolution holds beyond the activations.
     """
     if conv_impl not in ("native", "im2col"):
         raise ValueError(f"conv_impl: measure 'native' or 'im2col' explicitly (got {conv_impl!r})")
@@ -181,13 +185,33 @@ def measure_step_memory(batch: int, arch: str = "resnet18", width: float = 0.125
     env = {**os.environ, "GLOG_v": "3", "OMP_NUM_THREADS": str(threads),
            "PYTHONPATH": os.pathsep.join([str(course_home()), os.environ.get("PYTHONPATH", "")])}
     env.pop("MS_COMPILER_CACHE_ENABLE", None)
+    if onednn_verbose:
+        env["ONEDNN_VERBOSE"] = "1"
     proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
                           env=env, timeout=timeout_s, cwd=str(course_home()))
     for line in proc.stdout.splitlines():
         if line.startswith("RESULT "):
-            return json.loads(line[len("RESULT "):])
+            result = json.loads(line[len("RESULT "):])
+            if onednn_verbose:
+                result["conv_kernels"] = onednn_conv_kernels(proc.stdout.splitlines())
+            return result
     tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
     raise RuntimeError(f"memory measurement (batch {batch}) failed with rc {proc.returncode}:\n{tail}")
+
+
+def onednn_conv_kernels(lines) -> dict[str, str]:
+    """``{pass: implementation}`` from ``ONEDNN_VERBOSE=1`` output, e.g. ``{"forward_training":
+    "jit_uni_ncsp:conv+ref:any", "backward_weights": "x64:gemm:jit"}`` (the most frequent per pass)."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in lines:
+        f = line.split(",")
+        if f[0] not in ("onednn_verbose", "dnnl_verbose") or "exec" not in f:   # dnnl_: before oneDNN 3
+            continue
+        i = f.index("exec")
+        if f[i + 1:i + 3] == ["cpu", "convolution"] and len(f) > i + 4:
+            per = counts.setdefault(f[i + 4], {})
+            per[f[i + 3]] = per.get(f[i + 3], 0) + 1
+    return {kind: max(impls, key=impls.get) for kind, impls in sorted(counts.items())}
 
 
 def sweep(batches, **kwargs) -> list[dict]:

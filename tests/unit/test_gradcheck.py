@@ -103,3 +103,17 @@ def test_job_memory_per_rank_and_the_device_peak_when_there_is_one(tmp_path, dev
     assert m["peak_rss"] == [170.0, 171.0] and m["ready_rss"] == [100.0, 101.0]
     assert m["activation"] == [70.0, 70.0] and m["max_vms_peak"] == 1001.0
     assert m["max_device_peak"] == (2010.0 if device else None)
+
+
+def test_onednn_conv_kernels_reads_the_verbose_lines():
+    from helpers.memory_measure import onednn_conv_kernels
+
+    lines = ["onednn_verbose,v1,info,cpu,isa:Intel AVX-512",
+             "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src:f32,,alg,mb16,27.5",
+             "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src:f32,,alg,mb16,2.5",
+             "onednn_verbose,v1,primitive,exec,cpu,convolution,gemm:jit,forward_training,src:f32,,alg,mb16,1.0",
+             "onednn_verbose,v1,primitive,exec,cpu,batch_normalization,bnorm_jit:avx512,forward_training,,,,1.0",
+             "dnnl_verbose,exec,cpu,convolution,gemm:jit,backward_weights,src:f32,,alg,mb16,3.0",
+             "RESULT {}"]
+    assert onednn_conv_kernels(lines) == {"backward_weights": "gemm:jit", "forward_training": "jit_uni_ncsp:conv+ref:any"}
+    assert onednn_conv_kernels([]) == {}
