@@ -6,6 +6,7 @@ says) and by the launcher's own job id.
 
 import _thread
 import json
+import signal
 import threading
 import time
 from pathlib import Path
@@ -70,18 +71,25 @@ def test_interrupt_ends_the_job_and_is_not_a_success(ci_config, tmp_path):
     metrics = []
 
     def interrupt_after_first_step():
-        deadline = time.time() + 240
-        while time.time() < deadline:
-            if list(tmp_path.glob("*/*/metrics/rank_0.jsonl")) and any(
-                    r["event"] == "step" for r in read_records(next(tmp_path.glob("*/*/metrics/rank_0.jsonl")))):
-                metrics.append(True)
-                break
-            time.sleep(0.5)
-        _thread.interrupt_main()
+        try:   # whatever happens while watching, the interrupt is sent (else the job runs to its timeout)
+            deadline = time.time() + 240
+            while time.time() < deadline:
+                if list(tmp_path.glob("*/*/metrics/rank_0.jsonl")) and any(
+                        r["event"] == "step" for r in read_records(next(tmp_path.glob("*/*/metrics/rank_0.jsonl")))):
+                    metrics.append(True)
+                    break
+                time.sleep(0.5)
+        finally:
+            _thread.interrupt_main(signal.SIGINT)
 
-    threading.Thread(target=interrupt_after_first_step, daemon=True).start()
-    with pytest.raises(JobFailed) as info:
-        run_job(cfg, progress="text", run_root=tmp_path)
+    # what a notebook user's interrupt raises, whatever handler an earlier test left in this process
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_after_first_step, daemon=True).start()
+        with pytest.raises(JobFailed) as info:
+            run_job(cfg, progress="text", run_root=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert metrics, "the job was training when interrupted"
     assert info.value.kind == "interrupted"
     assert not processes_with_port(port_of(only_run_dir(tmp_path)))
