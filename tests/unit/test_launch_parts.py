@@ -35,6 +35,13 @@ def test_env_puts_this_interpreter_first_and_quiets_glog():
     assert env["MS_COMPILER_CACHE_ENABLE"] == "1"
 
 
+def test_env_shortens_the_cluster_retry_interval_unless_the_user_set_it():
+    env = job_env(job_config("ci"), "job-1", base={"PATH": "/usr/bin"})
+    assert (env["MS_RETRY_INTERVAL_LOWER"], env["MS_RETRY_INTERVAL_UPPER"]) == ("1", "1")
+    env = job_env(job_config("ci"), "job-1", base={"PATH": "/usr/bin", "MS_RETRY_INTERVAL_LOWER": "5"})
+    assert env["MS_RETRY_INTERVAL_LOWER"] == "5"
+
+
 def test_msrun_is_found_next_to_the_interpreter():
     assert Path(find_msrun()).name == "msrun"
 
