@@ -142,6 +142,13 @@ def goal_rows(results: dict[str, dict]) -> list[Row]:
                 f"{jobs['first_step_s']:.0f} s, other steps and evaluation {jobs['rest_s']:.0f} s, exits "
                 f"{jobs['exit_s']:.0f} s; all jobs {jobs['total_s']:.0f} s of the course's {t:.0f} s", unit="s",
                 load=_load(d.get(preset) or {}))
+        floor = _get(d, preset, "noop_job", "median_s")
+        if jobs and floor:
+            n = sum(1 for j in _get(d, preset, "jobs", "jobs") or [] if j.get("world_size") == 8)
+            add(f"course {preset}: 8-rank jobs x an empty 8-rank job's seconds (the start-up floor)", n * floor, "",
+                "course_time", f"{n} jobs x {floor:.1f} s (run_job of task noop: msrun, scheduler, 8 processes importing "
+                f"MindSpore, init(), exit; median of {len(_get(d, preset, 'noop_job', 'seconds') or [])}), "
+                f"{n * floor / t:.0%} of the course", unit="s", load=_load(d.get(preset) or {}))
     d = r.get("knobs")
     if d:
         for k, v in (d.get("ratios") or {}).items():

@@ -41,7 +41,9 @@ def _results():
         "scaling": {**m, "preset": "ci", "efficiency": 0.62},
         "course_time": {"ci": {"total_s": 480.0, "all_ok": True, "machine": {"load_avg_1_5_15": [3.0, 2, 1]},
                                "jobs": {"all": {"jobs": 10, "launch_s": 200.0, "first_step_s": 100.0,
-                                                "rest_s": 90.0, "exit_s": 5.0, "total_s": 395.0}}}},
+                                                "rest_s": 90.0, "exit_s": 5.0, "total_s": 395.0},
+                                        "jobs": [{"world_size": 8}] * 9 + [{"world_size": 1}]},
+                               "noop_job": {"world_size": 8, "seconds": [12.0, 14.0], "median_s": 13.0}}},
         "knobs": {**m, "ratios": {"threads_2": 0.9, "workers_2": 1.1}, "reference": {"threads_2": "base"},
                   "recommendation": {"threads_per_rank": 1, "dataset_workers": 2}},
         "launch_overhead": {"ratio_run_job_over_msrun": 0.74},
@@ -74,6 +76,8 @@ def test_goal_rows_cover_every_benchmark_and_judge_them():
     assert rows["whole course, preset cpu, seconds"].measured is None      # no cpu entry yet
     launch = rows["course ci: seconds launching jobs (msrun start to the last rank through init())"]
     assert launch.measured == 200.0 and "10 jobs, 20 s each" in launch.note and "of the course's 480 s" in launch.note
+    floor = rows["course ci: 8-rank jobs x an empty 8-rank job's seconds (the start-up floor)"]
+    assert floor.measured == 9 * 13.0 and "9 jobs x 13.0 s" in floor.note and "24% of the course" in floor.note
     assert rows["knob workers_2 / base, img/s"].goal == ""
     assert "dataset_workers" in rows["knobs: recommended ci/cpu preset settings"].note
     assert rows["hybrid 2x4: img/s / pure DP"].measured == 0.77
