@@ -132,8 +132,9 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
     env["PYTHONUNBUFFERED"] = "1"
     env[JOB_ID_ENV] = job_id
     # MindSpore's cluster build retries (a worker asking the scheduler for its peers) and heartbeats every
-    # 3-5 s by default; at 1 s the 8-rank cluster on one host is ready ~4 s sooner (16-19 s -> 12-13 s, bare
-    # msrun, alternating runs on 2 cores). A user's own setting wins.
+    # 3-5 s by default; at 1 s every rank is through init() ~4 s sooner (bare msrun, 8 ranks on 2 cores:
+    # 16-19 s -> 12-13 s), though a ci job's first step came only ~1 s sooner (the ranks then contend for the
+    # cores instead of waiting). A user's own setting wins.
     env.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
     env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
     if cfg.device_target == "CPU":
