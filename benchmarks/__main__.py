@@ -59,6 +59,10 @@ def run_one(name: str, preset: str | None, extra: list[str]) -> dict:
             mod.main(argv)
         sys.stdout.write(buf.getvalue())
         out = _json_from(buf.getvalue())
+    if out:   # which CPU and load it was measured under (RESULTS.md's "Measured on"), as save() records it
+        from benchmarks._jobs import machine
+
+        out.setdefault("machine", machine())
     (RESULTS_DIR / f"{name}.json").write_text(json.dumps(out, indent=2) + "\n")
     return out
 
