@@ -24,6 +24,7 @@ import statistics
 import tempfile
 from pathlib import Path
 
+from benchmarks._jobs import machine
 from helpers.config import job_config
 from helpers.launch import run_job
 from helpers.memory_measure import job_memory, job_throughput, planner_vs_measured, sweep
@@ -84,6 +85,7 @@ def main(argv=None):
     out["planner"] = {k: pvm[k] for k in ("batches", "measured_peak_mb", "measured_slope_mib_per_image",
                                           "planner_slope_mib_per_image", "planner_workspace_mib_per_image",
                                           "planner_vs_measured_slope_ratio", "conv_impl", "image_size")}
+    out["machine"] = machine()
     text = json.dumps(out, indent=2)
     print(text)
     if args.out:
