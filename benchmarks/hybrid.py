@@ -10,14 +10,13 @@ parameters), plus the ratios to pure data parallel. Prints JSON and writes ``ben
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks._jobs import machine
+from benchmarks._jobs import save
 from helpers.config import job_config
 from helpers.hybrid import hybrid_config, write_layout_strategy
 from helpers.launch import run_job
@@ -58,16 +57,12 @@ def main(argv=None) -> dict:
             r["classifier_bytes_vs_dp"] = r["classifier_bytes_per_rank"] / ref["classifier_bytes_per_rank"]
     out = {"preset": args.preset, "num_classes": args.classes, "steps": args.steps,
            "global_batch": base.global_batch, "world_size": base.world_size, "arch": base.arch,
-           "width": base.width, "path": "CPU explicit collectives (helpers.hybrid)", "layouts": rows,
-           "machine": machine()}
+           "width": base.width, "path": "CPU explicit collectives (helpers.hybrid)", "layouts": rows}
     if "2x4" in rows and ref:
         r = rows["2x4"]
         out["goal_2x4"] = {"classifier_bytes_vs_dp_le_0.3": r["classifier_bytes_vs_dp"] <= 0.3,
                            "img_per_s_vs_dp_ge_0.8": r["img_per_s_vs_dp"] >= 0.8}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=2))
-    print(json.dumps(out, indent=2))
-    return out
+    return save("hybrid", out, args.out)   # prints, writes, and records the machine
 
 
 if __name__ == "__main__":
