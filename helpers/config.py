@@ -17,6 +17,8 @@ from helpers.errors import ConfigError
 DEVICE_TARGETS = ("CPU", "GPU", "Ascend")
 TASKS = ("train", "noop", "grad_check")   # grad_check: helpers.gradcheck.run_task (chapter 02)
 SAMPLERS = ("distributed_shuffle", "distributed", "contiguous", "stratified")
+LOSS_SCALES = ("fixed", "dynamic")
+LR_SCHEDULES = ("constant", "cosine")
 
 
 @dataclass(frozen=True)
@@ -46,12 +48,17 @@ class JobConfig:
     stem: str = "small"
     conv_impl: str = "auto"                   # "native", "im2col", or "auto": measured per machine (helpers.conv_choice)
     lr: float = 0.05
+    lr_batch: int | None = None               # lr is for this global batch, scaled linearly to global_batch (None: as is)
+    lr_schedule: str = "constant"             # "constant" or "cosine" (to 0 over ``steps``), after the warm-up
+    warmup_fraction: float = 0.0              # the first steps x this: linear warm-up to the (scaled) lr
+    label_smoothing: float = 0.0
+    decay_norm_and_bias: bool = True          # False: no weight decay on BatchNorm and bias parameters
     momentum: float = 0.9
     weight_decay: float = 1e-4
     steps: int = 4
     seed: int = 1
     # set_auto_parallel_context(comm_fusion=...); {} (empty) leaves MindSpore's default: one AllReduce per
-    # gradient tensor. The CPU presets fuse them all ("auto"): measured 3x faster steps on the ci model.
+    # gradient tensor. The CPU presets fuse them all ("auto"; benchmarks/results/comm_fusion.json has the gain).
     comm_fusion: dict | None = None
     # chapter switches (each read by the module that implements it)
     micro_batch: int | None = None            # per-rank micro-batch; None: the whole per-rank batch (no accumulation)
@@ -59,12 +66,14 @@ class JobConfig:
     mem_cap_mb: int | None = None             # per-rank memory cap: address space on CPU, max_size of the device pool on GPU/Ascend
     profile: bool = False                     # mindspore.profiler on every rank (helpers.worker.profiling_session)
     profile_skip_steps: int = 1               # steps not profiled first (graph compilation)
-    amp_level: str = "O0"                     # mindspore.amp level O0..O3 (helpers.worker._build_train_step)
+    amp_level: str = "O0"                     # mindspore.amp level O0..O3 (helpers.recipe.build_train_step)
+    loss_scale: str = "fixed"                 # AMP O2/O3: "fixed" (128, never skips a step) or "dynamic" (skips overflows)
     grad_reduce: bool = True                  # False: no gradient AllReduce (STAND_ALONE; ranks drift apart)
     cell_comm_fusion: bool = False            # Cell.set_comm_fusion(i) per top-level cell, as the blog does
     strategy_file: str | None = None          # chapter 03: hybrid parallel driven by this strategy file (helpers.hybrid)
     num_classes: int | None = None            # classifier size; None: the class folders; more pads with image-less classes
     init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.hybrid.load_rank_checkpoint)
+    rehearsal: bool = False                   # a gpu8 preset scaled down to run on CPU (helpers.rehearsal)
     # runtime
     threads_per_rank: int = 1
     bind_cores: bool = False                  # CPU, more ranks than cores: pin local rank r to core r % cores
@@ -79,6 +88,11 @@ class JobConfig:
     @property
     def batch_per_rank(self) -> int:
         return self.global_batch // self.world_size
+
+    @property
+    def scaled_lr(self) -> float:
+        """The peak learning rate: ``lr`` scaled linearly from ``lr_batch`` to ``global_batch`` (Goyal et al.)."""
+        return self.lr * self.global_batch / self.lr_batch if self.lr_batch else self.lr
 
     @property
     def micro_batch_size(self) -> int:
@@ -124,6 +138,16 @@ class JobConfig:
             bad("timeout_s", "must be positive")
         if self.amp_level not in ("O0", "O1", "O2", "O3"):
             bad("amp_level", "must be one of 'O0', 'O1', 'O2', 'O3'")
+        if self.loss_scale not in LOSS_SCALES:
+            bad("loss_scale", f"must be one of {LOSS_SCALES}")
+        if self.lr_schedule not in LR_SCHEDULES:
+            bad("lr_schedule", f"must be one of {LR_SCHEDULES}")
+        if self.lr_batch is not None and self.lr_batch < 1:
+            bad("lr_batch", "must be a positive number of images or None")
+        if not 0.0 <= self.warmup_fraction < 1.0:
+            bad("warmup_fraction", "must be in [0, 1)")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            bad("label_smoothing", "must be in [0, 1)")
         if not isinstance(self.grad_reduce, bool) or not isinstance(self.cell_comm_fusion, bool):
             bad("grad_reduce" if not isinstance(self.grad_reduce, bool) else "cell_comm_fusion", "must be a boolean")
         if self.profile and self.steps <= self.profile_skip_steps:
@@ -156,7 +180,7 @@ class JobConfig:
 
 
 # Presets are data: a name maps to field values. 'ci' runs in seconds on 2 cores, 'cpu' in minutes,
-# 'gpu8' is the real thing on an 8-card server (not run in CI: no accelerator here).
+# 'gpu8' is the real thing on an 8-card server; ``rehearse=True`` scales it down to run on CPU (helpers.rehearsal).
 FUSE_ALL = {"allreduce": {"mode": "auto", "config": None}}
 PRESETS: dict[str, dict] = {
     "ci": dict(device_target="CPU", arch="resnet18", width=0.125, stem="small", image_size=32,
@@ -165,17 +189,27 @@ PRESETS: dict[str, dict] = {
     "cpu": dict(device_target="CPU", arch="resnet18", width=0.25, stem="small", image_size=32,
                 global_batch=128, steps=30, conv_impl="auto", data_dir="data/digits", timeout_s=1800.0,
                 comm_fusion=FUSE_ALL, bind_cores=True),
+    # The published ResNet-50 recipe (MindSpore's model zoo, NVIDIA's DeepLearningExamples): SGD momentum 0.9,
+    # lr 0.1 per 256 images scaled linearly with the global batch, warm-up then cosine decay, label smoothing 0.1,
+    # no weight decay on BatchNorm and biases, AMP O2 with a dynamic loss scale. 128 images per card fit a 16 GB
+    # card in O2 (helpers.memory); a few hundred steps show the mechanism, they do not train a model.
     "gpu8": dict(device_target="GPU", arch="resnet50", width=1.0, stem="imagenet", image_size=224,
-                 global_batch=256, steps=500, conv_impl="native", data_dir="/data/imagenet",
-                 lr=0.1, dataset_workers=8, threads_per_rank=8, timeout_s=7200.0, comm_fusion=FUSE_ALL),
+                 global_batch=1024, steps=300, conv_impl="native", data_dir="/data/imagenet",
+                 lr=0.1, lr_batch=256, lr_schedule="cosine", warmup_fraction=0.1, label_smoothing=0.1,
+                 decay_norm_and_bias=False, momentum=0.9, weight_decay=1e-4, amp_level="O2", loss_scale="dynamic",
+                 dataset_workers=8, threads_per_rank=8, timeout_s=7200.0, comm_fusion=FUSE_ALL),
 }
 
 
-def job_config(preset: str = "cpu", **overrides) -> JobConfig:
-    """The preset's values, then every override that is not None, validated."""
+def job_config(preset: str = "cpu", rehearse: bool = False, **overrides) -> JobConfig:
+    """The preset's values (scaled down for CPU when ``rehearse``), then every override that is not None."""
     if preset not in PRESETS:
         raise ConfigError(f"preset: must be one of {sorted(PRESETS)} (got {preset!r})")
     values = dict(PRESETS[preset])
+    if rehearse:
+        from helpers.rehearsal import rehearsal_overrides
+
+        values.update(rehearsal_overrides(preset))
     known = {f.name for f in dataclasses.fields(JobConfig)}
     for key, value in overrides.items():
         if key not in known:

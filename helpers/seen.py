@@ -1,4 +1,4 @@
-"""Balance figures from what a job's ranks actually read (their per-step ``class_hist`` records).
+"""Balance figures from what a job's ranks actually read (their per-step ``class_counts`` records).
 
 ``helpers.balance`` predicts balance from index arrays before anything runs; this module measures it after
 a job, from the metrics files, so the chapter can show that the prediction is what the ranks really saw.
@@ -9,9 +9,20 @@ from __future__ import annotations
 import numpy as np
 
 
-def step_histograms(result) -> np.ndarray:
-    """(ranks, steps, classes): class counts of every rank's batch at every step."""
-    return np.array([[rec["class_hist"] for rec in result.steps[r]] for r in sorted(result.steps)], dtype=np.int64)
+def step_histograms(result, num_classes: int | None = None) -> np.ndarray:
+    """(ranks, steps, classes): class counts of every rank's batch at every step, from the sparse
+    ``class_counts`` records; ``num_classes`` defaults to the job's summary (else the largest class seen + 1)."""
+    ranks = sorted(result.steps)
+    if num_classes is None:
+        known = [s.get("num_classes") for s in getattr(result, "summaries", {}).values() if s.get("num_classes")]
+        seen_max = max((c for r in ranks for rec in result.steps[r] for c, _ in rec["class_counts"]), default=-1)
+        num_classes = max(known + [seen_max + 1])
+    out = np.zeros((len(ranks), max(len(result.steps[r]) for r in ranks), num_classes), dtype=np.int64)
+    for i, r in enumerate(ranks):
+        for j, rec in enumerate(result.steps[r]):
+            for c, n in rec["class_counts"]:
+                out[i, j, c] += n
+    return out
 
 
 def rank_histograms(result) -> np.ndarray:

@@ -22,7 +22,11 @@ import numpy as np
 from helpers.config import JobConfig
 from helpers.metrics import MetricsWriter
 
-OOM_MARKERS = ("Memory not enough", "MemoryError", "could not create a primitive", "Out of memory")
+# How MindSpore's CPU pool, oneDNN, Python, and the GPU/Ascend device allocators say memory ran out
+# (the device texts as MindSpore 2.10's memory managers and CUDA word them).
+OOM_MARKERS = ("Memory not enough", "MemoryError", "could not create a primitive", "Out of memory",
+               "out of memory", "memory isn't enough", "Malloc device memory failed", "Device memory isn't enough",
+               "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "Allocate memory failed")
 
 
 def failure_kind(text: str) -> str:
@@ -112,9 +116,11 @@ def profiling_session(cfg: JobConfig, run_dir: Path):
     """
     if not cfg.profile:
         return _NoProfiler()
-    from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
+    from mindspore.profiler import profile, schedule, tensorboard_trace_handler
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.NPU] if cfg.device_target == "Ascend" else [])
+    from helpers.profiling import profiler_activities
+
+    activities = profiler_activities(cfg.device_target)
     active = cfg.steps - cfg.profile_skip_steps
     return profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=active, repeat=1,
                                                             skip_first=cfg.profile_skip_steps),
@@ -123,9 +129,9 @@ def profiling_session(cfg: JobConfig, run_dir: Path):
 
 def _build_train_step(cfg: JobConfig, num_classes: int):
     import mindspore as ms
-    from mindspore import nn
 
     from helpers.models import build_model
+    from helpers.recipe import build_loss, build_optimizer, build_train_step
 
     ms.set_seed(cfg.seed)  # every rank starts from the same weights: DATA_PARALLEL does not broadcast them
     net = build_model(cfg.arch, num_classes, cfg.width, cfg.stem, cfg.conv_impl)
@@ -134,25 +140,7 @@ def _build_train_step(cfg: JobConfig, num_classes: int):
         # where the framework inserts the communication; chapter 04 measures what it does under DATA_PARALLEL.
         for i, cell in enumerate(net.name_cells().values(), start=1):
             cell.set_comm_fusion(i)
-    loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    fp16_on_cpu = cfg.amp_level in ("O2", "O3") and cfg.device_target == "CPU"
-    # On CPU only a fixed loss scale without overflow skipping is allowed (build_train_network raises for
-    # O2's default DynamicLossScaleManager); then the optimizer must divide by the same scale itself.
-    loss_scale = 128.0 if fp16_on_cpu else 1.0
-    opt = nn.Momentum(net.trainable_params(), cfg.lr, cfg.momentum, weight_decay=cfg.weight_decay,
-                      loss_scale=loss_scale)
-    if cfg.amp_level == "O0":
-        # Under DATA_PARALLEL, TrainOneStepCell inserts DistributedGradReducer (AllReduce, mean) itself.
-        step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
-    else:
-        from mindspore import amp
-
-        extra = {}
-        if fp16_on_cpu:
-            extra["loss_scale_manager"] = amp.FixedLossScaleManager(loss_scale, drop_overflow_update=False)
-        # GPU/Ascend keep the level's own manager (O2: DynamicLossScaleManager, overflowing steps skipped).
-        step = amp.build_train_network(net, opt, loss_fn, level=cfg.amp_level, **extra)
-    step.set_train()
+    step = build_train_step(cfg, net, build_loss(cfg), build_optimizer(cfg, net.trainable_params()))
     return net, step
 
 
@@ -254,8 +242,17 @@ def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
         raise RuntimeError(f"injected failure on rank {rank} at step {i} (config fail_rank)")
 
 
+def class_counts(labels) -> list[list[int]]:
+    """``[[class, images], ...]`` of one batch, classes present only: small at 1,000 classes too."""
+    ids, counts = np.unique(np.asarray(labels), return_counts=True)
+    return [[int(i), int(c)] for i, c in zip(ids, counts)]
+
+
 def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
     """The training steps: one metrics line per step; returns each step's wall time."""
+    from helpers.recipe import lr_per_step, step_loss
+
+    lrs = lr_per_step(cfg) if cfg.lr_schedule != "constant" or cfg.warmup_fraction else None
     step_times = []
     out.write("ready", **memory_now_mb())    # memory before the first step (chapter 02 subtracts it)
     vms_peak = 0.0
@@ -265,26 +262,25 @@ def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
             batches = [next(it)]
             t1 = time.perf_counter()
             _maybe_fail(cfg, rank, i)
-            loss = float(step(*batches[0]).asnumpy())
+            loss, scale_info = step_loss(step(*batches[0]))
         else:
             # data time = fetching all K micro-batches (the pipeline prefetches, so this is the wait)
             batches = [next(it) for _ in range(cfg.accumulation_steps)]
             t1 = time.perf_counter()
             _maybe_fail(cfg, rank, i)
-            loss = step(batches)
+            loss, scale_info = step(batches), {}
         t2 = time.perf_counter()
         lab = np.concatenate([b[1].asnumpy() for b in batches])
         mem = memory_now_mb()
         vms_peak = max(vms_peak, mem["vms_mb"])
         rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
                    samples=int(len(lab)), rss_peak_mb=mem["rss_peak_mb"], rss_mb=mem["rss_mb"],
-                   vms_peak_mb=vms_peak)
+                   vms_peak_mb=vms_peak, lr=lrs[i] if lrs else None, **scale_info)
         if cfg.device_target != "CPU":   # the device allocator's own peak (it reports 0 on CPU)
             from mindspore import runtime
 
             rec["device_peak_mb"] = runtime.max_memory_allocated() / 2**20
-        if num_classes <= 256:
-            rec["class_hist"] = np.bincount(lab, minlength=num_classes).tolist()
+        rec["class_counts"] = class_counts(lab)
         out.write("step", **rec)
         step_times.append(t2 - t0)
         prof.step()
