@@ -22,16 +22,17 @@ import numpy as np
 from helpers.config import JobConfig
 from helpers.metrics import MetricsWriter
 
-# How MindSpore's CPU pool, oneDNN, Python, and the GPU/Ascend device allocators say memory ran out
-# (the device texts as MindSpore 2.10's memory managers and CUDA word them).
-OOM_MARKERS = ("Memory not enough", "MemoryError", "could not create a primitive", "Out of memory",
-               "out of memory", "memory isn't enough", "Malloc device memory failed", "Device memory isn't enough",
-               "CUDA_ERROR_OUT_OF_MEMORY", "cudaErrorMemoryAllocation", "Allocate memory failed")
+# How MindSpore's CPU pool, oneDNN and Python say memory ran out, and the device allocators' texts found in the
+# 2.10 wheel's own libraries (libmindspore_ms_backend, libmindspore_gpu.so.11.x, libmindspore_ops_ascend).
+OOM_MARKERS = ("memory not enough", "memoryerror", "could not create a primitive", "out of memory",
+               "memory isn't enough", "allocate device memory failed", "cublas_status_alloc_failed",
+               "cudaerrormemoryallocation", "malloc mem from mem pool failed")
 
 
 def failure_kind(text: str) -> str:
     """``oom`` when the error text is one of the ways MindSpore/oneDNN report exhausted memory."""
-    return "oom" if any(m in text for m in OOM_MARKERS) else "crash"
+    low = text.lower()
+    return "oom" if any(m in low for m in OOM_MARKERS) else "crash"
 
 
 @contextmanager

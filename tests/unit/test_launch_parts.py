@@ -73,6 +73,12 @@ def test_job_failed_names_kind_rank_and_log():
 
 @pytest.mark.parametrize("text, kind", [("RuntimeError: ... Memory not enough", "oom"),
                                         ("could not create a primitive", "oom"),
+                                        # the GPU/Ascend allocators' texts, as the 2.10 wheel's libraries word them
+                                        ("RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel "
+                                         "name: Default/Conv2D-op1, alloc size: 524288B", "oom"),
+                                        ("Allocate device memory failed!", "oom"),
+                                        ("CUBLAS_STATUS_ALLOC_FAILED: Resource allocation failed", "oom"),
+                                        ("Malloc Mem From Mem Pool failed, size: 1024", "oom"),
                                         ("ValueError: bad shape", "crash")])
 def test_failure_kind(text, kind):
     assert failure_kind(text) == kind
