@@ -370,8 +370,9 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
 
     ``launches`` (advanced, used for multi-node on one host) lists one dict per msrun invocation with
-    optional keys ``node_rank``, ``local_world_size``, ``master_addr`` and ``prefix`` (a command prefix such
-    as ``["ip", "netns", "exec", "node1"]``); by default a single local msrun starts every rank.
+    optional keys ``node_rank``, ``local_world_size``, ``master_addr``, ``prefix`` (a command prefix such
+    as ``["ip", "netns", "exec", "node1"]``) and ``env`` (variables for that node's processes only, e.g. which
+    cards it may see); by default a single local msrun starts every rank.
     """
     cfg = cfg.validate()
     if cfg.task == "train":
@@ -396,11 +397,11 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
                         cfg.steps, progress)
     try:
         for i, spec in enumerate(launches):
-            node_cfg = cfg.replace(**{k: v for k, v in spec.items() if k != "prefix"})
+            node_cfg = cfg.replace(**{k: v for k, v in spec.items() if k not in ("prefix", "env")})
             log_dir = run_dir / "logs" / (f"node{node_cfg.node_rank}" if len(launches) > 1 else "")
             cmd = list(spec.get("prefix", [])) + msrun_command(node_cfg, config_path, log_dir, msrun)
             out = open(run_dir / f"msrun{i if len(launches) > 1 else ''}.log", "wb")
-            procs.append(subprocess.Popen(cmd, cwd=run_dir, env=env, stdout=out, stderr=subprocess.STDOUT,
+            procs.append(subprocess.Popen(cmd, cwd=run_dir, env={**env, **spec.get("env", {})}, stdout=out, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True))
             out.close()
         watch = _Watch(cfg, run_dir, procs, bar)
