@@ -126,6 +126,9 @@ class JobConfig:
             bad("micro_batch", f"micro_batch x accumulation_steps must equal the per-rank batch "
                                f"{self.batch_per_rank} (global_batch {self.global_batch} / {self.world_size} ranks); "
                                f"accumulation_steps={self.accumulation_steps}")
+        if self.accumulation_steps > 1 and self.amp_level != "O0":
+            bad("amp_level", "gradient accumulation (helpers.accumulate) runs in float32: its micro-steps apply no "
+                             "loss scale, so use amp_level='O0' with accumulation_steps > 1")
         if self.mem_cap_mb is not None and self.mem_cap_mb < 64:
             bad("mem_cap_mb", "must be at least 64 MB")
         if self.steps < 1:

@@ -1,6 +1,8 @@
 """Run the whole course headless: every notebook in order with papermill, then HTML handouts and an index.
 
-    python -m helpers.course run [--preset ci|cpu|gpu8] [--out runs/course] [--only 00 01]
+    python -m helpers.course run [--preset ci|cpu|gpu8] [--rehearse] [--out runs/course] [--only 00 01]
+
+``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.rehearsal``).
 
 Executed notebooks go to ``<out>/<stem>.ipynb``, HTML copies to ``<out>/<stem>.html``, each chapter's
 recorded results to ``<out>/results/<stem>.json``, and ``<out>/index.html`` links them all with timings.
@@ -92,15 +94,23 @@ table{{border-collapse:collapse}} pre{{margin:0;font-size:80%}}</style>
     return index
 
 
-def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[str] | None = None) -> list[ChapterRun]:
-    out = resolve(out) / preset
+def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[str] | None = None,
+               rehearse: bool = False) -> list[ChapterRun]:
+    out = resolve(out) / (f"{preset}-rehearsal" if rehearse else preset)
     (out / "results").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("COURSE_PROGRESS", "text")   # no widget front end under papermill
+    extra = {}
+    if rehearse:
+        from helpers.rehearsal import ensure_fake_imagenet, rehearsal_overrides
+
+        rehearsal_overrides(preset)                     # refuses a preset without a rehearsal before any work
+        ensure_fake_imagenet()
+        extra["rehearse"] = True
     chapters = notebooks(only)
     runs = []
     for i, path in enumerate(chapters, 1):
-        print(f"[{i}/{len(chapters)}] {path.name} (preset {preset}) ...", flush=True)
-        run = run_chapter(path, preset, out)
+        print(f"[{i}/{len(chapters)}] {path.name} (preset {preset}{', rehearsal' if rehearse else ''}) ...", flush=True)
+        run = run_chapter(path, preset, out, extra)
         runs.append(run)
         print(f"[{i}/{len(chapters)}] {path.name}: {'ok' if run.ok else 'FAILED: ' + run.error} "
               f"in {run.seconds:.0f} s -> {run.html}", flush=True)
@@ -116,10 +126,12 @@ def main(argv=None) -> int:
     run.add_argument("--preset", default="cpu", choices=["ci", "cpu", "gpu8"])
     run.add_argument("--out", default="runs/course")
     run.add_argument("--only", nargs="*", help="chapter prefixes, e.g. 00 02")
+    run.add_argument("--rehearse", action="store_true",
+                     help="gpu8 only: run its code paths on CPU, 2 ranks, a generated ImageNet-layout tree")
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="    %(message)s", stream=sys.stdout)
     logging.getLogger("papermill").setLevel(logging.INFO)
-    runs = run_course(args.preset, args.out, args.only)
+    runs = run_course(args.preset, args.out, args.only, args.rehearse)
     return 0 if runs and all(r.ok for r in runs) else 1
 
 

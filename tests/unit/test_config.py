@@ -48,3 +48,20 @@ def test_json_round_trip(tmp_path):
 def test_config_table_shows_batch_per_rank():
     rows = dict(config_table(job_config("ci")))
     assert rows["batch_per_rank"] == 8
+
+
+def test_accumulation_refuses_mixed_precision():
+    with pytest.raises(ConfigError, match="amp_level"):
+        job_config("ci", micro_batch=2, accumulation_steps=4, amp_level="O2")
+
+
+def test_gpu8_rehearsal_keeps_the_recipe_and_shrinks_the_size():
+    real, rehearsal = job_config("gpu8"), job_config("gpu8", rehearse=True)
+    for field in ("arch", "image_size", "stem", "lr", "lr_batch", "lr_schedule", "label_smoothing",
+                  "decay_norm_and_bias", "amp_level", "loss_scale", "momentum", "comm_fusion"):
+        assert getattr(rehearsal, field) == getattr(real, field), field
+    assert (rehearsal.device_target, rehearsal.world_size, rehearsal.rehearsal) == ("CPU", 2, True)
+    assert rehearsal.scaled_lr == pytest.approx(0.1 * rehearsal.global_batch / 256)
+    assert job_config("gpu8", rehearse=True, world_size=4, global_batch=8).world_size == 4   # overrides still win
+    with pytest.raises(ConfigError, match="rehearse"):
+        job_config("ci", rehearse=True)
