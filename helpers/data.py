@@ -15,7 +15,9 @@ import numpy as np
 from helpers.errors import DataError
 from helpers.paths import resolve
 
-IMAGE_EXTENSIONS = (".jpeg", ".jpg", ".png", ".bmp")
+# The one file filter: scan_split counts exactly what ImageFolderDataset reads (its ``extensions`` match the
+# suffix case-sensitively, dot included), so stray files (.DS_Store, notes.txt, Thumbs.db) are skipped by both.
+IMAGE_EXTENSIONS = (".JPEG", ".jpeg", ".JPG", ".jpg", ".PNG", ".png", ".BMP", ".bmp")
 STANDIN_DIR = "data/digits"
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
@@ -34,6 +36,11 @@ class FolderIndex:
         return np.bincount(self.labels, minlength=len(self.classes))
 
 
+def is_image_file(name: str) -> bool:
+    """Whether ImageFolderDataset (given ``IMAGE_EXTENSIONS``) reads this file name."""
+    return any(name.endswith(ext) for ext in IMAGE_EXTENSIONS)
+
+
 def scan_split(data_dir: str | Path, split: str = "train") -> FolderIndex:
     """Index ``data_dir/split`` with clear errors for a missing or empty folder or an empty class."""
     root = resolve(data_dir) / split
@@ -47,7 +54,7 @@ def scan_split(data_dir: str | Path, split: str = "train") -> FolderIndex:
         raise DataError(f"{root} has no class folders: expected {root}/<class>/*.JPEG")
     labels = []
     for label, name in enumerate(classes):
-        n = sum(1 for f in (root / name).iterdir() if f.suffix.lower() in IMAGE_EXTENSIONS)
+        n = sum(1 for f in (root / name).iterdir() if is_image_file(f.name))
         if n == 0:
             raise DataError(f"class folder {root / name} has no images ({'/'.join(IMAGE_EXTENSIONS)})")
         labels.append(np.full(n, label, dtype=np.int32))
@@ -67,6 +74,11 @@ def prepare_data(cfg) -> FolderIndex:
     """Before launch: make the stand-in when the config points at it, then index and check the train split."""
     if Path(cfg.data_dir) == Path(STANDIN_DIR) or resolve(cfg.data_dir) == resolve(STANDIN_DIR):
         ensure_standin(cfg.data_dir)
+    elif getattr(cfg, "rehearsal", False):
+        from helpers.rehearsal import FAKE_IMAGENET_DIR, ensure_fake_imagenet
+
+        if resolve(cfg.data_dir) == resolve(FAKE_IMAGENET_DIR):
+            ensure_fake_imagenet(cfg.data_dir)
     index = scan_split(cfg.data_dir, "train")
     per_rank = len(index.labels) // cfg.world_size
     if per_rank < cfg.batch_per_rank:
@@ -123,7 +135,7 @@ def build_dataset(cfg, split: str, rank: int, world_size: int, sampler=None, bat
 
     root = resolve(cfg.data_dir) / split
     train = split == "train"
-    kwargs = dict(num_parallel_workers=cfg.dataset_workers, decode=False)
+    kwargs = dict(num_parallel_workers=cfg.dataset_workers, decode=False, extensions=list(IMAGE_EXTENSIONS))
     if sampler is not None:
         kwargs["sampler"] = sampler
     elif train:
