@@ -21,6 +21,12 @@ the slowest rank to arrive), ``compute`` the time inside every other kernel, ``i
 kernels. The rank's own metrics file adds the wall step time and the time it waited for data, so
 ``other = step - data - compute - comm`` is what ran outside kernels (Python, graph launch, gaps).
 
+On GPU and Ascend (MindSpore 2.10's ``mindspore/profiler/platform``): ``GpuProfiler.analyse`` writes nothing,
+so a GPU job leaves only the raw op tables its C++ profiler saves into ``<run_dir>/profile/`` itself
+(``gpu_op_type_info_<rank>.csv``, the same columns as the CPU table): per-type totals, no timeline. On Ascend
+the trace holds the device kernels in process ``Ascend Hardware`` and the collectives in ``HCCL``
+(``hcom_allReduce__<id>``), names from ``profiler/common/constant.py`` ``TimelineLayerName``.
+
 Pure functions (no files) come first; the readers, the merged Perfetto trace and the figures follow.
 """
 
@@ -44,14 +50,34 @@ COMM_OP_TYPES = frozenset({
     "NcclAllReduce", "NcclAllGather", "NcclBroadcast", "NcclReduceScatter",
 })
 OP_PROCESSES = ("CPU OP",)          # trace processes whose events are kernels
+DEVICE_OP_PROCESSES = {"CPU": OP_PROCESSES, "Ascend": ("Ascend Hardware", "HCCL")}
 _OP_SUFFIX = re.compile(r"-op\d+$")
+# device collective kernels: HCCL tasks (hcom_allReduce__101_0_1) and NCCL kernels (ncclDevKernel_AllReduce_Sum_f32_RING_LL)
+_DEVICE_COMM = re.compile(r"^(?:hcom_|nccl(?:Dev)?Kernel_)([A-Za-z]+?)(?:_|$)")
+_COMM_CANON = {t.lower(): t for t in ("AllReduce", "AllGather", "Broadcast", "ReduceScatter", "AlltoAll", "Send")}
+_COMM_CANON.update({"receive": "Receive", "recv": "Receive"})
+
+
+def profiler_activities(device_target: str) -> list:
+    """What ``mindspore.profiler.profile`` records on this device: host ops always, plus the device's kernels."""
+    from mindspore.profiler import ProfilerActivity
+
+    extra = {"CPU": [], "GPU": [ProfilerActivity.GPU], "Ascend": [ProfilerActivity.NPU]}
+    if device_target not in extra:
+        raise ValueError(f"device_target must be CPU, GPU or Ascend, got {device_target!r}")
+    return [ProfilerActivity.CPU] + extra[device_target]
 _SHAPE = re.compile(r"input_\d+:\[([0-9, ]*)\]")
 
 
 # ---------------------------------------------------------------- pure parsing
 def op_type(name: str) -> str:
-    """``Default/grad_reducer-DistributedGradReducer/AllReduce-op39`` -> ``AllReduce``."""
-    return _OP_SUFFIX.sub("", name.rsplit("/", 1)[-1])
+    """``Default/grad_reducer-DistributedGradReducer/AllReduce-op39`` -> ``AllReduce``; device collective kernels
+    (``hcom_allReduce__101_0_1``, ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``) -> their collective."""
+    leaf = _OP_SUFFIX.sub("", name.rsplit("/", 1)[-1])
+    m = _DEVICE_COMM.match(leaf)
+    if m and m.group(1).lower() in _COMM_CANON:
+        return _COMM_CANON[m.group(1).lower()]
+    return leaf
 
 
 def is_comm(name: str) -> bool:
@@ -261,6 +287,8 @@ def rank_dirs(profile_dir: str | Path) -> dict[int, Path]:
     """rank -> that rank's profiler folder under ``<run_dir>/profile`` (the rank is read from the
     ``FRAMEWORK/cpu_op_execute_timestamp_<rank>.txt`` / ``cpu_framework_<rank>.txt`` file names)."""
     out = {}
+    for table in sorted(Path(profile_dir).glob("gpu_op_type_info_*.csv")):   # GPU: every rank's tables in one folder
+        out[int(re.search(r"_(\d+)\.csv$", table.name).group(1))] = Path(profile_dir)
     for d in sorted(Path(profile_dir).iterdir()) if Path(profile_dir).is_dir() else []:
         for pattern in ("FRAMEWORK/cpu_op_execute_timestamp_*.txt", "FRAMEWORK/cpu_framework_*.txt",
                         "profiler_info_*.json"):
@@ -286,18 +314,47 @@ class RankProfile:
     steps: list[StepBreakdown]
     step_events: list[list[OpEvent]]
     allreduce_elements: list[int] = field(default_factory=list)   # per call, one step
+    type_table: dict[str, tuple[float, float]] = field(default_factory=dict)  # type -> (calls, ms) per step
 
     @property
     def trace_path(self) -> Path:
         return self.folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
 
 
-def read_rank(folder: str | Path, rank: int, n_steps: int | None = None) -> RankProfile:
+def read_op_type_table(path: str | Path) -> dict[str, tuple[int, float]]:
+    """``{op type: (executions, total ms)}`` from a ``<device>_op_type_info_<rank>.csv`` table."""
+    import csv
+
+    with open(path, newline="") as f:
+        return {row["op_type"]: (int(row["type_occurrences"]), float(row["total_compute_time"]))
+                for row in csv.DictReader(f)}
+
+
+def rank_from_op_table(folder: Path, rank: int, table: dict[str, tuple[int, float]], n_steps: int) -> RankProfile:
+    """A rank's profile from per-type totals only (GPU): each profiled step gets 1/n of every total."""
+    comm_ms = sum(ms for t, (_, ms) in table.items() if op_type(t) in COMM_OP_TYPES)
+    all_ms = sum(ms for _, ms in table.values())
+    reduce_calls = sum(n for t, (n, _) in table.items() if op_type(t) == "AllReduce")
+    comm_calls = sum(n for t, (n, _) in table.items() if op_type(t) in COMM_OP_TYPES)
+    kernels = sum(n for n, _ in table.values())
+    step = StepBreakdown(math.nan, math.nan, (all_ms - comm_ms) / 1e3 / n_steps, comm_ms / 1e3 / n_steps, 0.0,
+                         round(comm_calls / n_steps), round(reduce_calls / n_steps), round(kernels / n_steps))
+    per_step = {t: (n / n_steps, ms / n_steps) for t, (n, ms) in table.items()}
+    return RankProfile(rank, folder, [step] * n_steps, [[] for _ in range(n_steps)], [], per_step)
+
+
+def read_rank(folder: str | Path, rank: int, n_steps: int | None = None, device_target: str = "CPU") -> RankProfile:
     folder = Path(folder)
     trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    if device_target == "GPU":
+        table = folder / f"gpu_op_type_info_{rank}.csv"
+        if not table.exists():
+            raise FileNotFoundError(f"{table}: no GPU op table (was the job run with profile=True, and did it finish?)")
+        return rank_from_op_table(folder, rank, read_op_type_table(table), n_steps or 1)
     if not trace.exists():
         raise FileNotFoundError(f"{trace}: no trace (was the job run with profile=True, and did it finish?)")
-    steps = split_steps(op_events(read_trace(trace)), n_steps)
+    processes = DEVICE_OP_PROCESSES.get(device_target, OP_PROCESSES)
+    steps = split_steps(op_events(read_trace(trace), processes), n_steps)
     fw = folder / "FRAMEWORK" / f"cpu_framework_{rank}.txt"
     sizes = allreduce_elements(fw.read_text().splitlines(), len(steps)) if fw.exists() else []
     return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, sizes)
@@ -362,12 +419,23 @@ class JobProfile:
         ms: Counter = Counter()
         n = 0
         for rp in self.ranks.values():
+            if rp.type_table:                     # GPU: per-type totals only, already per step
+                n += 1
+                for t, (c, m) in rp.type_table.items():
+                    calls[op_type(t)] += c
+                    ms[op_type(t)] += m
+                continue
             for ev in rp.step_events:
                 n += 1
                 for e in ev:
                     calls[e.type] += 1
                     ms[e.type] += e.dur_us / 1e3
         return {t: (calls[t] / n, ms[t] / n) for t in sorted(calls, key=lambda t: -ms[t])}
+
+    @property
+    def has_timeline(self) -> bool:
+        """False on GPU: MindSpore 2.10 writes no kernel timeline there, only per-type op tables."""
+        return any(ev for rp in self.ranks.values() for ev in rp.step_events)
 
     def table(self) -> list[tuple]:
         """Per rank, means over the profiled steps: step, data, compute, comm, other (s), comm share."""
@@ -401,7 +469,8 @@ def read_job_profile(run) -> JobProfile:
     if missing:
         raise FileNotFoundError(f"{result.run_dir / 'profile'}: no profiler output for ranks {missing}")
     profiled = list(range(cfg.profile_skip_steps, cfg.steps))
-    ranks = {r: read_rank(folders[r], r, n_steps=len(profiled)) for r in range(cfg.world_size)}
+    ranks = {r: read_rank(folders[r], r, n_steps=len(profiled), device_target=cfg.device_target)
+             for r in range(cfg.world_size)}
     step_s = result.metric("step_s")[:, profiled]
     data_s = result.metric("data_s")[:, profiled]
     return JobProfile(result.run_dir, ranks, profiled, step_s, data_s)
@@ -503,6 +572,8 @@ def plot_step_timeline(jp: JobProfile, step: int = -1, title: str | None = None,
     """One profiled step on every rank on a shared clock: data wait, compute and communication kernels."""
     import matplotlib.pyplot as plt
 
+    if not jp.has_timeline:
+        raise ValueError(f"{jp.run_dir}: no kernel timeline (GPU: MindSpore 2.10 saves per-type op tables only)")
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(9, 0.35 * len(jp.ranks) + 1.2))

@@ -168,3 +168,56 @@ def test_typical_step_ignores_one_slow_step():
     assert P.steady_step_s(s, profiled_from=3) == pytest.approx(1.05)
     with pytest.raises(ValueError):
         P.steady_step_s(s, profiled_from=1)
+
+
+def test_profiler_activities_per_device():
+    from mindspore.profiler import ProfilerActivity as A
+
+    assert P.profiler_activities("CPU") == [A.CPU]
+    assert P.profiler_activities("GPU") == [A.CPU, A.GPU]
+    assert P.profiler_activities("Ascend") == [A.CPU, A.NPU]
+
+
+def test_device_collective_kernel_names():
+    assert P.op_type("hcom_allReduce__101_0_1") == "AllReduce"
+    assert P.op_type("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "AllReduce"
+    assert P.op_type("ncclKernel_AllGather_RING_LL_Sum_int8_t") == "AllGather"
+    assert P.op_type("Default/network/Conv2D-op12") == "Conv2D"
+
+
+def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
+    """MindSpore 2.10 on GPU: GpuProfiler.analyse writes no trace; the C++ profiler saves
+    gpu_op_type_info_<rank>.csv (the CPU table's columns) into the profile folder for every rank."""
+    header = "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent\n"
+    for rank in (0, 1):
+        (tmp_path / f"gpu_op_type_info_{rank}.csv").write_text(
+            header + "Conv2D,106,53,40.0,0.377,0.8\nAllReduce,4,2,10.0,2.5,0.2\n")
+    dirs = P.rank_dirs(tmp_path)
+    assert dirs == {0: tmp_path, 1: tmp_path}
+    rp = P.read_rank(dirs[1], 1, n_steps=2, device_target="GPU")
+    assert len(rp.steps) == 2 and rp.steps[0].allreduce_calls == 2
+    assert rp.steps[0].compute_s == pytest.approx(0.020) and rp.steps[0].comm_s == pytest.approx(0.005)
+    jp = P.JobProfile(tmp_path, {0: rp, 1: rp}, [3, 4], np.full((2, 2), 0.05), np.zeros((2, 2)))
+    assert jp.allreduce_per_step == 2 and jp.comm_share == pytest.approx(0.1)
+    assert jp.kernel_types()["Conv2D"] == (53.0, 20.0) and not jp.has_timeline
+    with pytest.raises(ValueError, match="timeline"):
+        P.plot_step_timeline(jp)
+
+
+def test_ascend_trace_reads_device_and_hccl_rows(tmp_path):
+    """On Ascend the kernels are in process 'Ascend Hardware' and the collectives in 'HCCL'
+    (mindspore/profiler/common/constant.py TimelineLayerName); host 'CPU OP' rows are not the device's time."""
+    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
+            for p, n in ((1, "CPU OP"), (2, "Ascend Hardware"), (3, "HCCL"))]
+    events = []
+    for s in range(2):
+        t = 1000.0 * s
+        events += [kernel("Default/Conv2D-op1", t, 100, pid=2), kernel("Default/ReLU-op2", t + 100, 50, pid=2),
+                   kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=3),
+                   kernel("Default/Launch-op9", t, 900, pid=1)]
+    d = tmp_path / "vm_1_x_ascend_ms"
+    (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(meta + events))
+    rp = P.read_rank(d, 0, n_steps=2, device_target="Ascend")
+    assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
+    assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
