@@ -227,4 +227,7 @@ def config_table(cfg: JobConfig, fields=("name", "device_target", "world_size", 
     """Rows (field, value) of the settings a reader wants to see before a job runs."""
     rows = [(f, getattr(cfg, f)) for f in fields]
     rows.insert(fields.index("global_batch") + 1, ("batch_per_rank", cfg.batch_per_rank))
+    if cfg.rehearsal:
+        rows.append(("path", "gpu8 rehearsed on CPU: each card-only part swapped for its CPU stand-in "
+                             "(helpers.rehearsal.STAND_INS)"))
     return rows
