@@ -319,6 +319,12 @@ def read_trace(trace_dir, strategy_file, world_size: int, step: int) -> dict:
 # --------------------------------------------------------------------------- checkpoints of a hybrid run
 
 
+# Each rank writes its own slice: with the default integrated_save=True, MindSpore gathers every parameter that
+# SEMI_AUTO_PARALLEL split and each rank would write the whole classifier, which merge_rank_checkpoints would then
+# take for a slice. (On the CPU path the network holds slices already; the flag changes nothing there.)
+RANK_SLICE_SAVE = {"integrated_save": False}
+
+
 def save_rank_checkpoint(net, run_dir, rank: int) -> dict:
     """``<run_dir>/ckpt/rank_<r>/hybrid<r>.ckpt`` (network parameters, BatchNorm statistics included; not
     the optimizer's momentum), the layout ``merge_rank_checkpoints`` reads. Returns summary fields."""
@@ -326,7 +332,7 @@ def save_rank_checkpoint(net, run_dir, rank: int) -> dict:
 
     path = Path(run_dir) / "ckpt" / f"rank_{rank}" / f"hybrid{rank}.ckpt"
     path.parent.mkdir(parents=True, exist_ok=True)
-    ms.save_checkpoint(net, str(path))
+    ms.save_checkpoint(net, str(path), **RANK_SLICE_SAVE)
     fc_bytes = sum(int(p.asnumpy().nbytes) for p in (net.fc.weight, net.fc.bias))
     return {"checkpoint": str(path), "classifier_param_bytes": fc_bytes,
             "classifier_shape": [int(d) for d in net.fc.weight.shape]}
@@ -370,21 +376,45 @@ def semi_auto_plan(cfg) -> dict:
 
 
 def build_semi_auto_step(cfg, num_classes: int):
-    """GPU/Ascend: MindSpore splits the classifier itself (``shard()``), loading the strategy file."""
+    """GPU/Ascend: MindSpore splits the classifier itself (``shard()``), loading the strategy file; the step is
+    the preset's recipe (``helpers.recipe``). ``init_checkpoint`` is a full (merged) checkpoint file: MindSpore
+    cuts full-shape parameters per the strategy when it compiles the sharded graph."""
     import mindspore as ms
-    from mindspore import nn
 
+    from helpers.recipe import build_loss, build_optimizer, build_train_step
     from helpers.strategy import shard_classifier
 
+    if os.environ.get(TRACE_ENV):
+        raise ConfigError(f"{TRACE_ENV}: the step trace runs host code after every update, which a compiled "
+                          "SEMI_AUTO_PARALLEL step on GPU/Ascend cannot; trace on the CPU path")
     plan = semi_auto_plan(cfg)
     ms.set_auto_parallel_context(**plan["context"])
     net = build_full_net(cfg, num_classes)
+    if cfg.init_checkpoint:
+        load_full_checkpoint(net, cfg.init_checkpoint)
     shard_classifier(net.fc, Layout.parse(plan["layout"]))
-    opt = nn.Momentum(net.trainable_params(), cfg.lr, cfg.momentum, weight_decay=cfg.weight_decay)
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True,
-                                                                                     reduction="mean")), opt)
-    step.set_train()
+    step = build_train_step(cfg, net, build_loss(cfg), build_optimizer(cfg, net.trainable_params()))
     return net, step
+
+
+def load_full_checkpoint(net, path) -> None:
+    """Load a full checkpoint file (e.g. ``merge_rank_checkpoints``'s output) into the unsplit network."""
+    import mindspore as ms
+
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"init_checkpoint: on GPU/Ascend give the merged full checkpoint file, not {path} "
+                          "(MindSpore slices it per the strategy file when it compiles)")
+    params = ms.load_checkpoint(str(path))
+    own = {p.name: p for p in net.get_parameters()}
+    missing = sorted(set(own) - set(params))
+    if missing:
+        raise DataError(f"{path} lacks {len(missing)} parameters of this network, e.g. {missing[:3]}")
+    wrong = [n for n, p in own.items() if tuple(params[n].shape) != tuple(p.shape)]
+    if wrong:
+        raise DataError(f"{path}: {wrong[0]!r} has shape {tuple(params[wrong[0]].shape)}, the network "
+                        f"{tuple(own[wrong[0]].shape)} (a checkpoint of another model?)")
+    ms.load_param_into_net(net, params, strict_load=True)
 
 
 # --------------------------------------------------------------------------------------- the reference

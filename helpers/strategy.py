@@ -162,8 +162,8 @@ def build_strategy(net_or_param_shapes, layout: Layout, split: Sequence[str] = (
 
     Each layout item carries one empty ``param_split_shape``/``indices_offset`` entry, as MindSpore's writer
     does (its ``_convert_to_list`` reads ``param_split_shape[0]``). ``parallel_strategy_item`` gets the two
-    classifier operator strategies for each split Dense, keyed by a readable label (MindSpore's own files key
-    them by graph operator names that only a GPU/Ascend compile knows); checkpoint tools ignore the keys.
+    classifier operator strategies for each split Dense, keyed as MindSpore's loader looks them up
+    (``op_strategy_key``), so the file drives the GPU/Ascend split when loaded; checkpoint tools ignore them.
     """
     if not isinstance(layout, Layout):
         raise ConfigError(f"layout must be a helpers.strategy.Layout, got {type(layout).__name__}")
@@ -192,10 +192,18 @@ def build_strategy(net_or_param_shapes, layout: Layout, split: Sequence[str] = (
     for prefix in split:
         weight = shapes.get(prefix + ".weight")
         if weight is not None and len(weight) == 2:
-            _add_op_strategy(smap, f"{prefix}/MatMul", classifier_shard_strategy(layout))
+            _add_op_strategy(smap, op_strategy_key("MatMul", prefix + ".weight"), classifier_shard_strategy(layout))
             if prefix + ".bias" in shapes:
-                _add_op_strategy(smap, f"{prefix}/BiasAdd", classifier_bias_strategy(layout))
+                _add_op_strategy(smap, op_strategy_key("BiasAdd", prefix + ".bias"), classifier_bias_strategy(layout))
     return smap
+
+
+def op_strategy_key(primitive: str, first_param: str) -> str:
+    """The key MindSpore looks an operator's strategy up by when it loads a strategy file: the primitive's name,
+    ``_``, and the name of the first parameter the operator reads (``strategy_key_name = prim->name() + "_" +
+    param_names[0].first`` in ccsrc/frontend/parallel/step_parallel.cc ``ExtractStrategyAndInit`` and
+    step_auto_parallel.cc). ``nn.Dense`` ``fc``: ``MatMul_fc.weight``, ``BiasAdd_fc.bias``."""
+    return f"{primitive}_{first_param}"
 
 
 def _fill_layouts(layouts, dev_matrix, tensor_map, field=0, opt_step=0, opt_size=0,

@@ -165,3 +165,31 @@ def test_step_trace_round_trip_puts_the_classifier_back_together(tmp_path, cfg, 
             np.testing.assert_array_equal(got[name], a)
     with pytest.raises(DataError, match="step_2"):
         H.read_trace(tmp_path, files["2x4"], 8, 2)
+
+
+def test_rank_checkpoints_are_saved_as_slices(monkeypatch, tmp_path):
+    """Under SEMI_AUTO_PARALLEL integrated_save=True (the default) would gather the split classifier on every
+    rank; the merge step reads each rank file as a slice, so each rank must save its own."""
+    import mindspore as ms
+    from mindspore import nn
+
+    from helpers.hybrid import save_rank_checkpoint
+
+    seen = {}
+    monkeypatch.setattr(ms, "save_checkpoint", lambda obj, path, **kw: seen.update(kw))
+    net = nn.Cell()
+    net.fc = nn.Dense(4, 2)
+    save_rank_checkpoint(net, tmp_path, 3)
+    assert seen.get("integrated_save") is False
+
+
+def test_gpu_path_refuses_the_trace_and_a_sliced_init_checkpoint(monkeypatch, tmp_path):
+    from helpers.config import JobConfig
+    from helpers.errors import ConfigError
+    from helpers.hybrid import TRACE_ENV, build_semi_auto_step, load_full_checkpoint
+
+    monkeypatch.setenv(TRACE_ENV, str(tmp_path))
+    with pytest.raises(ConfigError, match="host code"):
+        build_semi_auto_step(JobConfig(device_target="GPU"), 10)
+    with pytest.raises(ConfigError, match="merged full checkpoint"):
+        load_full_checkpoint(None, tmp_path)               # a folder of rank_<r> slices is the CPU path's input

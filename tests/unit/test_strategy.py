@@ -82,7 +82,8 @@ def test_build_strategy_records_classifier_operator_strategies(shapes):
     smap = S.build_strategy(shapes, L24)
     ops = {i.node_name: [list(s.dim) for s in i.parallel_strategys.parallel_strategy]
            for i in smap.parallel_strategy_item}
-    assert ops == {"fc/MatMul": [[2, 1], [4, 1]], "fc/BiasAdd": [[2, 4], [4]]}
+    # keys as MindSpore's loader builds them: prim->name() + "_" + first parameter name (step_parallel.cc)
+    assert ops == {"MatMul_fc.weight": [[2, 1], [4, 1]], "BiasAdd_fc.bias": [[2, 4], [4]]}
 
 
 def test_build_strategy_can_split_the_last_stage_and_optimizer_state(shapes):
@@ -128,7 +129,7 @@ def test_json_has_the_fields_mindspore_writes(tmp_path, shapes):
     assert doc["parallel_layout_item"]["fc.weight"] == {
         "dev_matrix": [4, 2], "tensor_map": [0, -1], "tensor_shape": [16, 64], "field": 0,
         "opt_weight_shard_step": 0, "opt_weight_shard_size": 0}
-    assert doc["parallel_strategy_item"]["fc/MatMul"] == {"stage": 0, "parallel_strategy": [[4, 1], [2, 1]]}
+    assert doc["parallel_strategy_item"]["MatMul_fc.weight"] == {"stage": 0, "parallel_strategy": [[4, 1], [2, 1]]}
 
 
 def test_json_needs_shapes_and_read_dict_converts_to_protobuf(tmp_path, shapes):
