@@ -81,10 +81,11 @@ def build_train_step(cfg, net, loss_fn, opt):
     if cfg.amp_level == "O0":
         step = nn.TrainOneStepCell(nn.WithLossCell(net, loss_fn), opt)
     elif cfg.loss_scale == "dynamic" and cfg.device_target == "CPU":
-        # build_train_network refuses a dynamic scale on CPU; the same cell with a CPU overflow check instead.
-        net = amp.auto_mixed_precision(net, cfg.amp_level)
+        # build_train_network refuses a dynamic scale on CPU: let it cast the network for the level (its own AMP
+        # processing, without a scale), then wrap that network in the stock cell with a CPU overflow check.
+        plain = amp.build_train_network(net, opt, loss_fn, level=cfg.amp_level, loss_scale_manager=None)
         manager = amp.DynamicLossScaleManager(**DYNAMIC_LOSS_SCALE)
-        step = cpu_loss_scale_cell()(nn.WithLossCell(net, loss_fn), opt, scale_sense=manager.get_update_cell())
+        step = cpu_loss_scale_cell()(plain.network, opt, scale_sense=manager.get_update_cell())
     elif cfg.loss_scale == "dynamic":
         step = amp.build_train_network(net, opt, loss_fn, level=cfg.amp_level,
                                        loss_scale_manager=amp.DynamicLossScaleManager(**DYNAMIC_LOSS_SCALE))
