@@ -174,7 +174,7 @@ def _check_model_args(arch, num_classes, width, stem, image_size, conv_impl):
 
 
 def _conv_out(size: int, k: int, s: int) -> int:
-    p = k // 2                                        # helpers.conv.make_conv pads kernel_size // 2
+    p = k // 2                                        # helpers.im2col_conv.make_conv pads kernel_size // 2
     return (size + 2 * p - k) // s + 1
 
 

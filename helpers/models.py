@@ -3,14 +3,14 @@
 Two knobs the course needs and the model zoo does not give together:
 - ``width``: multiplies every stage's channel count, so CI can train a real ResNet layout in seconds;
 - ``stem="small"``: a 3x3 stride-1 stem without max-pool, for 32 px images (``"imagenet"``: 7x7/2 + pool).
-``conv_impl`` picks the convolution kernel (see ``helpers.conv``) without changing any parameter.
+``conv_impl`` picks the convolution kernel (see ``helpers.im2col_conv``) without changing any parameter.
 """
 
 from __future__ import annotations
 
 from mindspore import nn, ops
 
-from helpers.conv import make_conv
+from helpers.im2col_conv import make_conv
 from helpers.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION
 
 

@@ -25,7 +25,7 @@ STAND_INS = (
     ("NCCL / HCCL collectives between cards", "MindSpore's CPU collectives between processes (same msrun, same init())",
      "MindSpore itself (device_target)"),
     ("cuDNN / CANN convolution", "im2col + MatMul convolution (same parameters; native CPU 3x3 conv is ~5x slower)",
-     "helpers.conv (conv_impl)"),
+     "helpers.im2col_conv (conv_impl)"),
     ("loss-scale overflow check (FloatStatus / NPUGetFloatStatusV2 kernels)",
      "ops.isfinite on every gradient inside the same TrainOneStepWithLossScaleCell", "helpers.recipe.build_train_step"),
     ("device memory pool cap (runtime.set_memory(max_size=...))", "address-space cap (RLIMIT_AS) per rank",

@@ -4,7 +4,7 @@ import pytest
 import mindspore as ms
 from mindspore import nn, ops
 
-from helpers.conv import Im2ColConv2d, make_conv
+from helpers.im2col_conv import Im2ColConv2d, make_conv
 from helpers.models import build_model, count_parameters
 
 
