@@ -50,3 +50,17 @@ def test_unknown_arch_and_conv_impl_are_rejected():
     with pytest.raises(ValueError, match="conv_impl"):
         make_conv(3, 4, 3, impl="winograd")
     assert isinstance(make_conv(3, 4, 1, impl="im2col"), nn.Conv2d)
+
+
+def test_no_helpers_module_shadows_a_mindspore_layer_module():
+    """AMP O1 (mindspore.rewrite) imports a cell's module by its basename with the module's folder on sys.path:
+    a helpers module named like one of mindspore/nn/layer/*.py (conv, normalization, ...) breaks it."""
+    from pathlib import Path
+
+    import mindspore.nn.layer as layer
+
+    import helpers
+
+    ours = {p.stem for p in Path(helpers.__file__).parent.glob("*.py")}
+    theirs = {p.stem for p in Path(layer.__file__).parent.glob("*.py")} - {"__init__"}
+    assert not ours & theirs

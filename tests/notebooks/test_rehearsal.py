@@ -1,0 +1,59 @@
+"""The gpu8 preset rehearsed on CPU: every chapter run with its gpu8 code paths (ResNet-50, 224 px, the
+published recipe, AMP O2 with a dynamic loss scale) on 2 ranks and a generated ImageNet-layout tree."""
+
+from pathlib import Path
+
+import pytest
+
+from helpers.course import run_chapter
+
+pytestmark = [pytest.mark.notebooks, pytest.mark.rehearsal]
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def fake_imagenet():
+    from helpers.rehearsal import ensure_fake_imagenet
+
+    return ensure_fake_imagenet()
+
+
+def rehearse(stem: str, tmp_path: Path) -> dict:
+    run = run_chapter(NOTEBOOKS / f"{stem}.ipynb", "gpu8", tmp_path, {"rehearse": True})
+    assert run.ok, f"{stem} (gpu8 rehearsal) failed: {run.error} (executed notebook: {run.notebook})"
+    r = run.results
+    assert r["preset"] == "gpu8" and r["rehearsal"] is True
+    return r
+
+
+def test_00_rehearsal(fake_imagenet, tmp_path):
+    r = rehearse("00_environment_setup", tmp_path)
+    assert r["world_size"] == 2 and r["ranks_finished"] == 2 and r["weights_identical"] is True
+    assert r["device_target"] == "CPU" and r["conv_impl"] == "im2col"
+    assert r["steps_applied"] >= 1, "the dynamic loss scale must let at least one update through"
+    assert r["preflight_failed"] == [], "the pre-flight of the rehearsal tree passes"
+
+
+def test_01_rehearsal(fake_imagenet, tmp_path):
+    r = rehearse("01_load_imbalance", tmp_path)
+    assert set(r["max_tv"]) == {"contiguous", "distributed", "distributed_shuffle", "stratified"}
+    assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
+
+
+def test_02_rehearsal(fake_imagenet, tmp_path):
+    r = rehearse("02_oom_gradient_accumulation", tmp_path)
+    assert r["oom_reproduced"] is True and r["accumulation_succeeded"] is True
+    assert r["grad_max_abs_diff_no_bn"] <= 1e-6
+
+
+def test_03_rehearsal(fake_imagenet, tmp_path):
+    r = rehearse("03_hybrid_parallel", tmp_path)
+    assert r["layouts_run"] == ["2x1", "1x2"]
+    assert r["max_param_diff_vs_reference"] <= 1e-5
+    assert r["merged_checkpoint_max_diff"] == 0.0
+
+
+def test_04_rehearsal(fake_imagenet, tmp_path):
+    r = rehearse("04_profiling", tmp_path)
+    assert r["allreduce_per_step"]["fused"] == 1 < r["allreduce_per_step"]["baseline"]
+    assert set(r["amp_step_time_s"]) == {"O0", "O1", "O2", "O3"}
