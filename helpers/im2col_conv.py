@@ -5,8 +5,10 @@ Why this exists: on CPU, MindSpore 2.10 runs 3x3 ``Conv2d`` through oneDNN's ref
 the convolution as ``ops.unfold`` (im2col) followed by a MatMul gives the same outputs and gradients and
 runs a ResNet training step about 10x faster on CPU. On GPU/Ascend the native kernel is the fast one.
 
-``Im2ColConv2d`` subclasses ``nn.Conv2d`` and only replaces ``construct``, so it owns the very same
-``weight`` Parameter (same name, shape and initialiser): checkpoints move freely between the two.
+``Im2ColConv2d`` takes its ``weight`` Parameter from an ``nn.Conv2d`` built with the same arguments (same name,
+shape, initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not
+an ``nn.Conv2d`` subclass: AMP O1's rewrite generated two classes named ``Conv2dOpt`` for a cell holding both
+(a ResNet-50 Bottleneck) and failed.
 The price is memory: the unfolded columns (kh*kw times the input) are kept for the backward pass.
 """
 
@@ -17,13 +19,18 @@ from mindspore import nn, ops
 CONV_IMPLS = ("native", "im2col")
 
 
-class Im2ColConv2d(nn.Conv2d):
+class Im2ColConv2d(nn.Cell):
     """``nn.Conv2d`` (NCHW, no groups, no dilation, explicit padding) computed as unfold + MatMul."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, has_bias=False,
                  weight_init=None):
-        super().__init__(in_channels, out_channels, kernel_size, stride=stride, pad_mode="pad",
-                         padding=padding, has_bias=has_bias, weight_init=weight_init)
+        super().__init__()
+        native = nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, pad_mode="pad",
+                           padding=padding, has_bias=has_bias, weight_init=weight_init)
+        self.in_channels, self.out_channels, self.has_bias = in_channels, out_channels, has_bias
+        self.weight = native.weight
+        if has_bias:
+            self.bias = native.bias
         self._k = kernel_size
         self._s = stride
         self._p = padding
