@@ -21,11 +21,28 @@ the slowest rank to arrive), ``compute`` the time inside every other kernel, ``i
 kernels. The rank's own metrics file adds the wall step time and the time it waited for data, so
 ``other = step - data - compute - comm`` is what ran outside kernels (Python, graph launch, gaps).
 
-On GPU and Ascend (MindSpore 2.10's ``mindspore/profiler/platform``): ``GpuProfiler.analyse`` writes nothing,
-so a GPU job leaves only the raw op tables its C++ profiler saves into ``<run_dir>/profile/`` itself
-(``gpu_op_type_info_<rank>.csv``, the same columns as the CPU table): per-type totals, no timeline. On Ascend
-the trace holds the device kernels in process ``Ascend Hardware`` and the collectives in ``HCCL``
-(``hcom_allReduce__<id>``), names from ``profiler/common/constant.py`` ``TimelineLayerName``.
+On GPU (read from the 2.10 wheel and the C++ sources it was built from): ``GpuProfiler.analyse``
+(``mindspore/profiler/platform/gpu_profiler.py``) is empty, and ``CpuProfiler.analyse`` returns unless the device
+target set is ``{"CPU"}`` (``platform/cpu_profiler.py``), so a GPU job gets no ``trace_view.json``. What it has is
+written by the GPU plugin's ``GpuDataSaver`` (``libmindspore_gpu.so.11.x``; ``gpu_data_saver.cc``) straight into
+the profiler's ``output_path``, i.e. ``<run_dir>/profile/`` itself, keyed by the CUDA device id (= the rank on one
+node): ``gpu_op_type_info_<dev>.csv`` (the CPU table's columns), ``gpu_op_detail_info_<dev>.csv``,
+``gpu_activity_data_<dev>.csv`` (per kernel name: ``name,type,op_full_name,stream_id,block_dim,grid_dim,...``),
+``start_time_<dev>.txt`` and ``activity_execute_timestamp_<dev>.txt``: one line per device kernel execution,
+``kernel_name;stream_id;start_ns;duration_us`` (CUPTI clock in ns; duration ``(end - start) / kTimeUnit`` with
+``kTimeUnit = 1000``). Kernel names are demangled with the leading ``void `` dropped (``GetKernelFunc`` /
+``GetKernelFuncName`` in ``gpu_profiling.cc``); the bundled NCCL 2.16.5 (``plugin/gpu11.x/libnccl.so.2``) names
+its collectives ``ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)`` (NCCL >= 2.19
+spells them ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``). :func:`read_rank` builds the GPU timeline from that file
+(the op table is the fallback). The host side of a GPU job still makes a ``*_ascend_ms/FRAMEWORK`` folder per
+rank; :func:`rank_dirs` prefers the GPU files for such a rank.
+
+On Ascend ``NpuProfiler.analyse`` writes ``ASCEND_PROFILER_OUTPUT/trace_view.json`` (``AscendTimelineViewer``,
+``analysis/viewer/ascend_timeline_viewer.py``) with the device kernels in process ``Ascend Hardware`` and the
+collectives in ``HCCL`` (``profiler/common/constant.py`` ``TimelineLayerName``); the collective rows are named
+``hcom_allReduce__<id>_<n>_<n>`` (the patterns in ``analysis/viewer/ascend_step_trace_time_viewer.py``). Only
+the ``hcom_*`` rows of ``HCCL`` count as communication here; its other rows (the per-link tasks msprof puts
+under the same process) and any ``hcom_*`` copy in ``Ascend Hardware`` are left out, so a collective is counted once.
 
 Pure functions (no files) come first; the readers, the merged Perfetto trace and the figures follow.
 """
@@ -53,7 +70,8 @@ OP_PROCESSES = ("CPU OP",)          # trace processes whose events are kernels
 DEVICE_OP_PROCESSES = {"CPU": OP_PROCESSES, "Ascend": ("Ascend Hardware", "HCCL")}
 _OP_SUFFIX = re.compile(r"-op\d+$")
 # device collective kernels: HCCL tasks (hcom_allReduce__101_0_1) and NCCL kernels (ncclDevKernel_AllReduce_Sum_f32_RING_LL)
-_DEVICE_COMM = re.compile(r"^(?:hcom_|nccl(?:Dev)?Kernel_)([A-Za-z]+?)(?:_|$)")
+# (a mangled ``_Z38ncclKernel_...`` is accepted too, in case a name is not demangled)
+_DEVICE_COMM = re.compile(r"^(?:hcom_|(?:_Z\d+)?nccl(?:Dev)?Kernel_)([A-Za-z]+?)(?:_|\(|$)")
 _COMM_CANON = {t.lower(): t for t in ("AllReduce", "AllGather", "Broadcast", "ReduceScatter", "AlltoAll", "Send")}
 _COMM_CANON.update({"receive": "Receive", "recv": "Receive"})
 
@@ -120,6 +138,40 @@ def op_events(trace: list[dict], processes=OP_PROCESSES) -> list[OpEvent]:
     out.sort(key=lambda e: e.start_us)
     return out
 
+
+
+def _is_device_comm_row(name: str) -> bool:
+    return bool(_DEVICE_COMM.match(name.rsplit("/", 1)[-1]))
+
+
+def device_op_events(trace: list[dict], device_target: str = "CPU") -> list[OpEvent]:
+    """The kernel executions of one rank's ``trace_view.json`` for ``device_target``.
+
+    CPU: the ``CPU OP`` rows (:func:`op_events`). Ascend: the ``Ascend Hardware`` rows plus the ``hcom_*`` rows
+    of ``HCCL``; other ``HCCL`` rows (per-link tasks) are inside those spans and are not kernels of their own,
+    and an ``hcom_*`` row in ``Ascend Hardware`` is dropped when ``HCCL`` has the collectives (counted once).
+    """
+    if device_target != "Ascend":
+        return op_events(trace, DEVICE_OP_PROCESSES.get(device_target, OP_PROCESSES))
+    hardware = op_events(trace, ("Ascend Hardware",))
+    hccl = [e for e in op_events(trace, ("HCCL",)) if _is_device_comm_row(e.name)]
+    if hccl:
+        hardware = [e for e in hardware if not _is_device_comm_row(e.name)]
+    return sorted(hardware + hccl, key=lambda e: e.start_us)
+
+
+def parse_gpu_activity_timestamps(lines) -> list[OpEvent]:
+    """Device kernel executions from ``activity_execute_timestamp_<dev>.txt`` (MindSpore's GPU profiler):
+    ``kernel_name;stream_id;start_ns;duration_us`` per line, by start time (microseconds, CUPTI clock)."""
+    out = []
+    for line in lines:
+        parts = line.rstrip("\n").rsplit(";", 3)
+        if len(parts) != 4 or not parts[0]:
+            continue
+        name, _stream, start_ns, dur_us = parts
+        out.append(OpEvent(name, float(start_ns) / 1e3, float(dur_us)))
+    out.sort(key=lambda e: e.start_us)
+    return out
 
 def split_steps(events: list[OpEvent], n_steps: int | None = None) -> list[list[OpEvent]]:
     """Group kernel executions into steps: the k-th execution of each kernel belongs to step k.
@@ -284,12 +336,22 @@ def isolate_compile_cache(cfg):
 
 # ---------------------------------------------------------------- one rank on disk
 def rank_dirs(profile_dir: str | Path) -> dict[int, Path]:
-    """rank -> that rank's profiler folder under ``<run_dir>/profile`` (the rank is read from the
-    ``FRAMEWORK/cpu_op_execute_timestamp_<rank>.txt`` / ``cpu_framework_<rank>.txt`` file names)."""
+    """rank -> that rank's profiler folder under ``<run_dir>/profile``.
+
+    CPU / Ascend: one ``*_ascend_ms`` folder per rank, the rank read from its
+    ``FRAMEWORK/cpu_op_execute_timestamp_<rank>.txt`` / ``cpu_framework_<rank>.txt`` / ``profiler_info_<rank>.json``
+    file names. GPU: every rank's files (``gpu_op_type_info_<dev>.csv``, ``activity_execute_timestamp_<dev>.txt``)
+    are in ``<run_dir>/profile`` itself, and those win over the host-only ``*_ascend_ms`` folder of the same rank.
+    """
+    profile_dir = Path(profile_dir)
+    gpu = {}
+    for pattern in ("gpu_op_type_info_*.csv", "activity_execute_timestamp_*.txt"):
+        for f in sorted(profile_dir.glob(pattern)):
+            gpu[int(re.search(r"_(\d+)\.\w+$", f.name).group(1))] = profile_dir
     out = {}
-    for table in sorted(Path(profile_dir).glob("gpu_op_type_info_*.csv")):   # GPU: every rank's tables in one folder
-        out[int(re.search(r"_(\d+)\.csv$", table.name).group(1))] = Path(profile_dir)
-    for d in sorted(Path(profile_dir).iterdir()) if Path(profile_dir).is_dir() else []:
+    for d in sorted(profile_dir.iterdir()) if profile_dir.is_dir() else []:
+        if not d.is_dir():
+            continue
         for pattern in ("FRAMEWORK/cpu_op_execute_timestamp_*.txt", "FRAMEWORK/cpu_framework_*.txt",
                         "profiler_info_*.json"):
             hits = sorted(d.glob(pattern))
@@ -299,7 +361,8 @@ def rank_dirs(profile_dir: str | Path) -> dict[int, Path]:
                     raise ValueError(f"two profiler folders for rank {rank}: {out[rank]} and {d}")
                 out[rank] = d
                 break
-    return out
+    out.update(gpu)
+    return dict(sorted(out.items()))
 
 
 def read_trace(path: str | Path) -> list[dict]:
@@ -347,14 +410,24 @@ def read_rank(folder: str | Path, rank: int, n_steps: int | None = None, device_
     folder = Path(folder)
     trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     if device_target == "GPU":
+        stamps = folder / f"activity_execute_timestamp_{rank}.txt"
         table = folder / f"gpu_op_type_info_{rank}.csv"
+        if stamps.exists():
+            events = parse_gpu_activity_timestamps(stamps.read_text().splitlines())
+            try:
+                steps = split_steps(events, n_steps)
+            except ValueError:
+                if not table.exists():
+                    raise
+                steps = []            # kernels not in whole steps (e.g. cut at the end): per-type totals below
+            if steps:
+                return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, [])
         if not table.exists():
             raise FileNotFoundError(f"{table}: no GPU op table (was the job run with profile=True, and did it finish?)")
         return rank_from_op_table(folder, rank, read_op_type_table(table), n_steps or 1)
     if not trace.exists():
         raise FileNotFoundError(f"{trace}: no trace (was the job run with profile=True, and did it finish?)")
-    processes = DEVICE_OP_PROCESSES.get(device_target, OP_PROCESSES)
-    steps = split_steps(op_events(read_trace(trace), processes), n_steps)
+    steps = split_steps(device_op_events(read_trace(trace), device_target), n_steps)
     fw = folder / "FRAMEWORK" / f"cpu_framework_{rank}.txt"
     sizes = allreduce_elements(fw.read_text().splitlines(), len(steps)) if fw.exists() else []
     return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, sizes)
@@ -419,7 +492,7 @@ class JobProfile:
         ms: Counter = Counter()
         n = 0
         for rp in self.ranks.values():
-            if rp.type_table:                     # GPU: per-type totals only, already per step
+            if rp.type_table:                     # GPU without a timeline: per-type totals, already per step
                 n += 1
                 for t, (c, m) in rp.type_table.items():
                     calls[op_type(t)] += c
@@ -434,7 +507,8 @@ class JobProfile:
 
     @property
     def has_timeline(self) -> bool:
-        """False on GPU: MindSpore 2.10 writes no kernel timeline there, only per-type op tables."""
+        """False when only per-type op tables were read (a GPU job without ``activity_execute_timestamp_<dev>.txt``
+        or whose kernels did not split into whole steps)."""
         return any(ev for rp in self.ranks.values() for ev in rp.step_events)
 
     def table(self) -> list[tuple]:
@@ -520,6 +594,20 @@ def merge_trace_events(traces: dict[int, list[dict]], steps: dict[int, list[dict
     return dict(traceEvents=out, displayTimeUnit="ms", otherData=dict(t0_epoch_us=t0, ranks=sorted(traces)))
 
 
+def events_trace(events: list[OpEvent], process: str = "GPU") -> list[dict]:
+    """A Chrome trace (one process) from kernel executions, e.g. a GPU rank's activity timestamps."""
+    return ([dict(ph="M", name="process_name", pid=0, tid=0, args=dict(name=process))]
+            + [dict(ph="X", name=e.name, pid=0, tid=0, ts=e.start_us, dur=e.dur_us) for e in events])
+
+
+def _rank_trace(folder: Path, rank: int) -> list[dict]:
+    trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    stamps = folder / f"activity_execute_timestamp_{rank}.txt"
+    if not trace.exists() and stamps.exists():      # GPU: no trace_view.json, the device kernels' timestamps
+        return events_trace(parse_gpu_activity_timestamps(stamps.read_text().splitlines()))
+    return read_trace(trace)
+
+
 def write_merged_trace(run, out: str | Path | None = None) -> Path:
     """Merge every rank's ``trace_view.json`` (and its step records) into ``<run_dir>/merged_trace.json``.
 
@@ -531,7 +619,7 @@ def write_merged_trace(run, out: str | Path | None = None) -> Path:
     folders = rank_dirs(result.run_dir / "profile")
     if not folders:
         raise FileNotFoundError(f"{result.run_dir / 'profile'}: no profiler output")
-    traces = {r: read_trace(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json") for r, d in folders.items()}
+    traces = {r: _rank_trace(d, r) for r, d in folders.items()}
     skip = result.config.profile_skip_steps
     steps = {r: [x for x in result.steps.get(r, []) if x["step"] >= skip] for r in folders}
     path = Path(out) if out else result.run_dir / "merged_trace.json"
@@ -573,7 +661,7 @@ def plot_step_timeline(jp: JobProfile, step: int = -1, title: str | None = None,
     import matplotlib.pyplot as plt
 
     if not jp.has_timeline:
-        raise ValueError(f"{jp.run_dir}: no kernel timeline (GPU: MindSpore 2.10 saves per-type op tables only)")
+        raise ValueError(f"{jp.run_dir}: no kernel timeline (GPU: only the per-type op tables could be read)")
     own = ax is None
     if own:
         fig, ax = plt.subplots(figsize=(9, 0.35 * len(jp.ranks) + 1.2))

@@ -221,3 +221,100 @@ def test_ascend_trace_reads_device_and_hccl_rows(tmp_path):
     rp = P.read_rank(d, 0, n_steps=2, device_target="Ascend")
     assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
     assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
+
+
+# ---------------------------------------------------------------- GPU / Ascend layouts of MindSpore 2.10
+# GPU: mindspore/profiler/platform/gpu_profiler.py (analyse() is empty) and cpu_profiler.py (analyse() returns unless
+# the device target set is {"CPU"}): no trace_view.json. The GPU plugin (lib/plugin/libmindspore_gpu.so.11.x, built
+# from plugin/.../gpu/profiler/gpu_data_saver.cc) writes into the profiler's output_path (= the folder given to
+# tensorboard_trace_handler, <run_dir>/profile) "gpu_op_type_info_<dev>.csv" and, in GpuDataSaver::WriteActivity,
+# "activity_execute_timestamp_<dev>.txt": kernel_name;stream_id;start_timestamp(ns);duration(us = ns / kTimeUnit 1000).
+# Kernel names are demangled and lose "void " (GetKernelFunc / GetKernelFuncName in gpu_profiling.cc); the NCCL the
+# wheel bundles (lib/plugin/gpu11.6/libnccl.so.2, "NCCL version 2.16.5") names its kernels ncclKernel_AllReduce_...
+# The host side (CpuProfiler.start -> FRAMEWORK path) still makes <host>_<pid>_<stamp>_ascend_ms/FRAMEWORK per rank
+# (profiler/common/profiler_output_path.py, "{}_{}_ascend_ms" in common/profiler_path_manager.py).
+NCCL_AR = "ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)"
+SGEMM = "volta_sgemm_128x64_nn"
+BNFWD = "cudnn::bn_fw_tr_1C11_kernel_NCHW<float, float, int, 512, true, 1>(cudnnTensorStruct, float const*)"
+
+
+def gpu_stamp_lines(steps=2, t0_ns=1_700_000_000_000_000_000, step_ns=10_000_000, n_ar=2):
+    """Per step: sgemm 0..1000 us, bn 1000..1500 us, then n_ar NCCL AllReduce kernels of 200 us on stream 14."""
+    lines = []
+    for k in range(steps):
+        base = t0_ns + k * step_ns
+        lines.append(f"{SGEMM};7;{base};1000")
+        lines.append(f"{BNFWD};7;{base + 1_000_000};500")
+        for i in range(n_ar):
+            lines.append(f"{NCCL_AR};14;{base + 2_000_000 + 300_000 * i};200")
+    return lines
+
+
+def write_gpu_job(tmp_path, ranks=(0, 1), with_host_folders=True):
+    header = "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent\n"
+    for rank in ranks:
+        (tmp_path / f"gpu_op_type_info_{rank}.csv").write_text(header + "MatMul,2,1,2.0,1.0,0.7\n"
+                                                                          "AllReduce,4,2,0.8,0.2,0.3\n")
+        # GpuDataSaver::WriteActivity groups the lines by kernel name (an unordered map), so not in time order
+        lines = gpu_stamp_lines()
+        (tmp_path / f"activity_execute_timestamp_{rank}.txt").write_text("\n".join(sorted(lines)) + "\n")
+        (tmp_path / f"start_time_{rank}.txt").write_text("host_monotonic_raw_time(ns): 1\ngpu_start_time(ns): 2\n")
+        if with_host_folders:
+            fw = tmp_path / f"gpuhost_{1000 + rank}_20260101000000000_ascend_ms" / "FRAMEWORK"
+            fw.mkdir(parents=True)
+            (fw / f"cpu_op_execute_timestamp_{rank}.txt").write_text("")
+
+
+def test_nccl_kernel_names_as_the_gpu_profiler_writes_them():
+    assert P.op_type(NCCL_AR) == "AllReduce" and P.is_comm(NCCL_AR)
+    assert P.op_type("_Z38ncclKernel_AllReduce_RING_LL_Sum_floatP11ncclDevCommmP8ncclWork") == "AllReduce"
+    assert not P.is_comm(SGEMM) and not P.is_comm(BNFWD)
+
+
+def test_gpu_rank_dirs_prefer_the_device_files_over_the_host_folders(tmp_path):
+    """A GPU job has both <profile>/gpu_*_<dev> files and a host *_ascend_ms folder per rank: not two ranks' worth."""
+    write_gpu_job(tmp_path)
+    assert P.rank_dirs(tmp_path) == {0: tmp_path, 1: tmp_path}
+
+
+def test_gpu_timeline_from_activity_timestamps(tmp_path):
+    write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
+    (tmp_path / "gpu_op_type_info_0.csv").unlink()          # the timeline alone is enough
+    rp = P.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
+    assert len(rp.steps) == 2 and all(len(s) == 4 for s in rp.step_events)
+    s0 = rp.steps[0]
+    assert s0.allreduce_calls == 2 == s0.comm_calls and s0.kernels == 4
+    assert s0.compute_s == pytest.approx(1500e-6) and s0.comm_s == pytest.approx(400e-6)
+    assert s0.idle_s == pytest.approx(500e-6 + 100e-6)      # 1500..2000 us and the gap between the AllReduces
+    assert rp.step_events[0][0].start_us == pytest.approx(1.7e15)
+    jp = P.JobProfile(tmp_path, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)))
+    assert jp.has_timeline and jp.allreduce_per_step == 2
+
+
+def test_gpu_merged_trace_from_activity_timestamps(tmp_path):
+    write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
+    trace = P._rank_trace(tmp_path, 0)
+    assert P.process_names(trace) == {0: "GPU"} and len(P.op_events(trace, ("GPU",))) == 8
+
+
+def test_ascend_hccl_link_tasks_and_duplicate_rows_are_not_extra_kernels(tmp_path):
+    """trace_view.json on Ascend passes msprof's timeline through (analysis/parser/timeline_creator/
+    msprof_timeline_creator.py get_chrome_trace_data): the HCCL process holds the collective (hcom_allReduce__<id>_<n>_<n>,
+    the names in analysis/viewer/ascend_step_trace_time_viewer.py) and, on other threads, the link tasks it is made of
+    (task names here are illustrative: the 2.10 Python code does not name them). A collective must count once."""
+    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
+            for p, n in ((1, "CPU OP"), (2, "Ascend Hardware"), (3, "HCCL"))]
+    events = []
+    for s in range(2):
+        t = 1000.0 * s
+        events += [kernel("Default/Conv2D-op1", t, 100, pid=2), kernel("Default/ReLU-op2", t + 100, 50, pid=2),
+                   kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=3),
+                   kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=2),      # the same collective on its stream
+                   kernel("Notify_Wait", t + 152, 10, pid=3), kernel("Memcpy", t + 165, 10, pid=3),
+                   kernel("Default/Launch-op9", t, 900, pid=1)]
+    d = tmp_path / "vm_1_x_ascend_ms"
+    (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(meta + events))
+    rp = P.read_rank(d, 0, n_steps=2, device_target="Ascend")
+    assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
+    assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
