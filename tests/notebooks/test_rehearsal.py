@@ -55,5 +55,6 @@ def test_03_rehearsal(fake_imagenet, tmp_path):
 
 def test_04_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("04_profiling", tmp_path)
-    assert r["allreduce_per_step"]["fused"] == 1 < r["allreduce_per_step"]["baseline"]
+    # ResNet-50: one AllReduce per gradient tensor (162) unfused; "auto" fusion buckets ~100 MB of gradients by size
+    assert 1 <= r["allreduce_per_step"]["fused"] < r["allreduce_per_step"]["baseline"]
     assert set(r["amp_step_time_s"]) == {"O0", "O1", "O2", "O3"}
