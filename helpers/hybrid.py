@@ -319,9 +319,12 @@ def read_trace(trace_dir, strategy_file, world_size: int, step: int) -> dict:
 # --------------------------------------------------------------------------- checkpoints of a hybrid run
 
 
-# Each rank writes its own slice: with the default integrated_save=True, MindSpore gathers every parameter that
-# SEMI_AUTO_PARALLEL split and each rank would write the whole classifier, which merge_rank_checkpoints would then
-# take for a slice. (On the CPU path the network holds slices already; the flag changes nothing there.)
+# Each rank writes its own slice. With the default integrated_save=True, save_checkpoint under
+# SEMI_AUTO_PARALLEL runs _get_merged_param_data (mindspore/train/serialization.py) on every parameter whose
+# tensor map splits it: an AllGather cell over the parameter's group, then _reshape_param_data back to the
+# full shape, so each rank would write the whole classifier and merge_rank_checkpoints would take it for a
+# slice. With False that function gathers nothing. (Outside auto/semi-auto parallel the network has no
+# parameter layouts and it is not called: the CPU path's sliced nets are saved as they are.)
 RANK_SLICE_SAVE = {"integrated_save": False}
 
 
@@ -376,9 +379,14 @@ def semi_auto_plan(cfg) -> dict:
 
 
 def build_semi_auto_step(cfg, num_classes: int):
-    """GPU/Ascend: MindSpore splits the classifier itself (``shard()``), loading the strategy file; the step is
-    the preset's recipe (``helpers.recipe``). ``init_checkpoint`` is a full (merged) checkpoint file: MindSpore
-    cuts full-shape parameters per the strategy when it compiles the sharded graph."""
+    """GPU/Ascend: MindSpore splits the classifier itself (``shard()``), loading the strategy file; the step
+    is the preset's recipe (``helpers.recipe``). ``init_checkpoint`` is a full checkpoint file (e.g.
+    ``merge_rank_checkpoints``'s output), loaded into the unsplit network; compiling cuts each rank's slice.
+    ``HYBRID_TRACE_DIR`` is refused (a compiled step runs no host code between updates)."""
+    # Cutting at compile: the compiler calls _slice_parameter (mindspore/parallel/_utils.py) for every
+    # parameter, which slices data already loaded (has_init False) with _load_tensor_by_layout. Per-rank slice
+    # files would have to be loaded after compiling (MindSpore's "Model Transformation" tutorial), i.e. after
+    # a first batch.
     import mindspore as ms
 
     from helpers.recipe import build_loss, build_optimizer, build_train_step
@@ -420,11 +428,39 @@ def load_full_checkpoint(net, path) -> None:
 # --------------------------------------------------------------------------------------- the reference
 
 
+def traced_updates(trace_dir, world_size: int) -> int:
+    """Updates a traced run recorded on every rank: ``n`` if each ``rank_<r>`` holds ``step_0..step_<n>``."""
+    counts = []
+    for r in range(world_size):
+        d, k = Path(trace_dir) / f"rank_{r}", 0
+        while (d / f"step_{k}.npz").exists():
+            k += 1
+        counts.append(k)
+    return max(min(counts, default=0) - 1, 0)
+
+
+def reference_steps(cfg, steps: int | None = None, follow=None) -> int:
+    """How many updates ``reference_train`` computes: ``steps`` (a cap: the gpu8 preset's hundreds of
+    ResNet-50 steps at 224 px do not fit a job timeout on a host) or else the job's ``cfg.steps``; never more
+    than the job ran, nor, with ``follow``, more than its trace recorded on every rank."""
+    if steps is not None and (isinstance(steps, bool) or not isinstance(steps, int) or steps < 1):
+        raise ConfigError(f"steps: the reference needs a positive int or None, got {steps!r}")
+    n = cfg.steps if steps is None else min(steps, cfg.steps)
+    if follow:
+        done = traced_updates(follow, cfg.world_size)
+        if done == 0:
+            raise DataError(f"trace {follow}: no update recorded on all {cfg.world_size} ranks (run the job "
+                            "with hybrid_config(..., trace_dir=...))")
+        n = min(n, done)
+    return n
+
+
 def reference_train(run_dir, out_path=None, steps: int | None = None, follow=None) -> dict:
     """One process, the full network, the hybrid run's global batch: for each step, the gradient of
     ``1/world * sum_r loss_r`` where ``loss_r`` is the mean loss of rank r's micro-batch (read exactly as
     rank r reads it), BatchNorm run on each micro-batch separately - what every data-parallel rank does.
-    Writes ``{name: array}`` of the trainable parameters to ``out_path`` (npz) and returns the losses.
+    Writes ``{name: array}`` of the trainable parameters to ``out_path`` (npz) and returns the losses and
+    ``steps`` (``reference_steps(cfg, steps, follow)`` updates).
 
     ``follow``: the hybrid run's ``trace_dir``. Then every step starts from the hybrid run's weights at that
     step (the optimizer's momentum stays the reference's own) and the result also has ``step_param_diff``:
@@ -438,7 +474,7 @@ def reference_train(run_dir, out_path=None, steps: int | None = None, follow=Non
 
     run_dir = Path(run_dir)
     cfg = JobConfig.load(run_dir / "config.json")
-    steps = steps or cfg.steps
+    steps = reference_steps(cfg, steps, follow)
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     num_classes = _num_classes(cfg)
@@ -488,17 +524,32 @@ def reference_train(run_dir, out_path=None, steps: int | None = None, follow=Non
     params = {p.name: p.asnumpy() for p in weights}
     if out_path:
         np.savez(out_path, **params)
-    return {"losses": losses, "params": params, **({"step_param_diff": step_diff} if follow else {})}
+    return {"losses": losses, "params": params, "steps": steps,
+            **({"step_param_diff": step_diff} if follow else {})}
 
 
-def run_reference(run_dir, timeout_s: float = 600.0, follow=None) -> dict:
+def reference_command(run_dir, out_path, follow=None, steps: int | None = None) -> list[str]:
+    """The command line ``run_reference`` starts (``python -m helpers.hybrid reference ...``)."""
+    cmd = [sys.executable, "-m", "helpers.hybrid", "reference", str(run_dir), str(out_path)]
+    if follow:
+        cmd.append(str(follow))
+    if steps is not None:
+        cmd += ["--steps", str(int(steps))]
+    return cmd
+
+
+def run_reference(run_dir, timeout_s: float = 600.0, follow=None, steps: int | None = None) -> dict:
     """``reference_train`` in a separate Python process (the notebook kernel stays light); returns
-    ``{"losses": per step per rank, "params": {name: array}}`` (and ``step_param_diff`` with ``follow``)."""
+    ``{"losses": per step per rank, "params": {name: array}, "steps": n}`` (and ``step_param_diff`` with
+    ``follow``). ``steps`` caps the updates (``reference_steps``)."""
     run_dir = Path(run_dir)
+    if steps is not None:
+        from helpers.config import JobConfig
+
+        reference_steps(JobConfig.load(run_dir / "config.json"), steps)      # a bad cap fails before starting
     tag = "_follow" if follow else ""
     out = run_dir / f"reference{tag}.npz"
-    cmd = [sys.executable, "-m", "helpers.hybrid", "reference", str(run_dir), str(out)]
-    proc = subprocess.run(cmd + ([str(follow)] if follow else []), capture_output=True, text=True,
+    proc = subprocess.run(reference_command(run_dir, out, follow, steps), capture_output=True, text=True,
                           timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"reference run failed (rc {proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -517,15 +568,20 @@ def trainable_diff(full_params: dict, reference: dict) -> dict:
 
 
 def _main(argv) -> int:
-    if len(argv) in (3, 4) and argv[0] == "reference":
-        follow = argv[3] if len(argv) == 4 else None
-        res = reference_train(argv[1], argv[2], follow=follow)
-        res.pop("params")
-        name = "reference_follow_losses.json" if follow else "reference_losses.json"
-        (Path(argv[1]) / name).write_text(json.dumps(res))
-        return 0
-    print("usage: python -m helpers.hybrid reference <run_dir> <out.npz> [<trace_dir>]", file=sys.stderr)
-    return 2
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m helpers.hybrid")
+    parser.add_argument("command", choices=["reference"])
+    parser.add_argument("run_dir")
+    parser.add_argument("out_npz")
+    parser.add_argument("trace_dir", nargs="?")
+    parser.add_argument("--steps", type=int)
+    args = parser.parse_args(argv)
+    res = reference_train(args.run_dir, args.out_npz, steps=args.steps, follow=args.trace_dir)
+    res.pop("params")
+    name = "reference_follow_losses.json" if args.trace_dir else "reference_losses.json"
+    (Path(args.run_dir) / name).write_text(json.dumps(res))
+    return 0
 
 
 if __name__ == "__main__":

@@ -147,6 +147,11 @@ def classifier_bias_strategy(layout: Layout) -> tuple[tuple[int, int], tuple[int
     return ((layout.dp, layout.mp), (layout.mp,))
 
 
+# Names of the primitives ``nn.Dense`` calls (``self.matmul = ops.MatMul(transpose_b=True)``,
+# ``self.bias_add = ops.BiasAdd()``): the first half of their strategy keys.
+DENSE_MATMUL, DENSE_BIAS_ADD = "MatMul", "BiasAdd"
+
+
 def shard_classifier(dense, layout: Layout):
     """Put the two strategies above on an ``nn.Dense`` (GPU/Ascend ``SEMI_AUTO_PARALLEL`` path)."""
     dense.matmul.shard(classifier_shard_strategy(layout))
@@ -162,8 +167,10 @@ def build_strategy(net_or_param_shapes, layout: Layout, split: Sequence[str] = (
 
     Each layout item carries one empty ``param_split_shape``/``indices_offset`` entry, as MindSpore's writer
     does (its ``_convert_to_list`` reads ``param_split_shape[0]``). ``parallel_strategy_item`` gets the two
-    classifier operator strategies for each split Dense, keyed as MindSpore's loader looks them up
-    (``op_strategy_key``), so the file drives the GPU/Ascend split when loaded; checkpoint tools ignore them.
+    operator strategies of each split ``nn.Dense`` under the keys MindSpore's loader looks up
+    (``op_strategy_key``). When the file is loaded under ``SEMI_AUTO_PARALLEL``, such an entry is used only
+    for an operator without a ``shard()`` strategy of its own (``shard()`` wins; ``build_semi_auto_step`` sets
+    the same strategies with it); checkpoint tools read only the layouts.
     """
     if not isinstance(layout, Layout):
         raise ConfigError(f"layout must be a helpers.strategy.Layout, got {type(layout).__name__}")
@@ -189,20 +196,31 @@ def build_strategy(net_or_param_shapes, layout: Layout, split: Sequence[str] = (
         item = smap.parallel_layout_item.add()
         item.param_name = name
         _fill_layouts(item.parallel_layouts, layout.dev_matrix, tensor_map)
+    # Precedence when loaded, as ExtractStrategyAndInit in frontend/parallel/step_parallel.cc has it up to 2.3
+    # (2.10 moved that choice into ObtainInOutStrategy, called from strategy_utils.cc): an in_strategy on the
+    # node, then the primitive's shard() attribute, then this file's entry under op_strategy_key, else batch
+    # parallel.
     for prefix in split:
         weight = shapes.get(prefix + ".weight")
         if weight is not None and len(weight) == 2:
-            _add_op_strategy(smap, op_strategy_key("MatMul", prefix + ".weight"), classifier_shard_strategy(layout))
+            _add_op_strategy(smap, op_strategy_key(DENSE_MATMUL, prefix + ".weight"),
+                             classifier_shard_strategy(layout))
             if prefix + ".bias" in shapes:
-                _add_op_strategy(smap, op_strategy_key("BiasAdd", prefix + ".bias"), classifier_bias_strategy(layout))
+                _add_op_strategy(smap, op_strategy_key(DENSE_BIAS_ADD, prefix + ".bias"),
+                                 classifier_bias_strategy(layout))
     return smap
 
 
 def op_strategy_key(primitive: str, first_param: str) -> str:
-    """The key MindSpore looks an operator's strategy up by when it loads a strategy file: the primitive's name,
-    ``_``, and the name of the first parameter the operator reads (``strategy_key_name = prim->name() + "_" +
-    param_names[0].first`` in ccsrc/frontend/parallel/step_parallel.cc ``ExtractStrategyAndInit`` and
-    step_auto_parallel.cc). ``nn.Dense`` ``fc``: ``MatMul_fc.weight``, ``BiasAdd_fc.bias``."""
+    """The ``parallel_strategy_item`` key of an operator: its primitive's name, ``_``, and the name of the
+    first parameter among its inputs. ``nn.Dense`` ``fc`` (``ops.MatMul``, ``ops.BiasAdd``):
+    ``MatMul_fc.weight``, ``BiasAdd_fc.bias``."""
+    # MindSpore 2.10 (libmindspore_frontend.so carries both files): the semi-auto loader builds the key in
+    # StrategyUtils::ExtractStrategyAndInit (mindspore/ccsrc/frontend/parallel/strategy_utils.cc) as
+    # prim->name() + "_" + NodeParameterName(cnode, -1, 0)[0].first, and the saver CheckpointStrategy
+    # (frontend/parallel/parallel_postprocessor.cc) writes the same key. NodeParameterName
+    # (frontend/parallel/step_parallel_utils.cc) returns the op's Parameter inputs, looking through Load,
+    # Cast, Depend and AllGather/Mirror, so an AMP cast of the weight keeps the key.
     return f"{primitive}_{first_param}"
 
 

@@ -3,6 +3,8 @@ GPU/Ascend plan (SEMI_AUTO_PARALLEL cannot run on CPU, so its configuration is w
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -193,3 +195,110 @@ def test_gpu_path_refuses_the_trace_and_a_sliced_init_checkpoint(monkeypatch, tm
         build_semi_auto_step(JobConfig(device_target="GPU"), 10)
     with pytest.raises(ConfigError, match="merged full checkpoint"):
         load_full_checkpoint(None, tmp_path)               # a folder of rank_<r> slices is the CPU path's input
+
+
+def test_slices_saved_by_every_rank_merge_back_to_the_full_weights(tmp_path, cfg, files):
+    """What each rank of a 2x4 run writes (save_rank_checkpoint: its own slice, integrated_save=False), merged
+    with MindSpore's transform_checkpoints (merge_rank_checkpoints), is the single-process network exactly."""
+    want = {p.name: p.asnumpy() for p in H.build_full_net(cfg, NUM_CLASSES).get_parameters()}
+    strategy = S.read_strategy(files["2x4"])
+    for rank in range(8):
+        net = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), strategy, rank)
+        info = H.save_rank_checkpoint(net, tmp_path / "run", rank)
+        assert info["classifier_shape"] == [NUM_CLASSES // 4, int(want["fc.weight"].shape[1])]
+    rank5 = S.checkpoint_arrays(tmp_path / "run" / "ckpt" / "rank_5" / "hybrid5.ckpt")
+    np.testing.assert_array_equal(rank5["fc.weight"], want["fc.weight"][4:8])      # a slice, not the whole
+    merged = S.checkpoint_arrays(S.merge_rank_checkpoints(tmp_path / "run" / "ckpt", files["2x4"],
+                                                          tmp_path / "merged"))
+    assert set(merged) == set(want)
+    for name, full in want.items():
+        np.testing.assert_array_equal(merged[name], full, err_msg=name)
+
+
+@pytest.fixture()
+def gpu_cfg(tmp_path, cfg, files, full_net):
+    """A GPU job config on the 4x2 file, starting from a full checkpoint of known values."""
+    import mindspore as ms
+
+    values = {p.name: np.full(p.shape, 0.25, np.float32) for p in full_net.get_parameters()}
+    ms.save_checkpoint([{"name": n, "data": ms.Tensor(v)} for n, v in values.items()],
+                       str(tmp_path / "full.ckpt"))
+    return cfg.replace(device_target="GPU", strategy_file=str(files["4x2"]),
+                       init_checkpoint=str(tmp_path / "full.ckpt")), values
+
+
+def test_gpu_path_loads_init_checkpoint_and_trains_with_the_recipe(monkeypatch, gpu_cfg):
+    """build_semi_auto_step up to compiling (which needs GPU/Ascend): the context loads the strategy file, the
+    classifier is shard()ed, the full checkpoint is in the unsplit network (compiling cuts each rank's slice)
+    and the loss and optimizer come from helpers.recipe, like the data-parallel worker's."""
+    import mindspore as ms
+
+    from helpers import recipe
+
+    cfg, values = gpu_cfg
+    called = []
+    real_loss, real_opt = recipe.build_loss, recipe.build_optimizer
+    monkeypatch.setattr(recipe, "build_loss", lambda c: (called.append(("loss", c)), real_loss(c))[1])
+    monkeypatch.setattr(recipe, "build_optimizer",
+                        lambda c, params: (called.append(("opt", c, len(params))), real_opt(c, params))[1])
+    try:
+        net, step = H.build_semi_auto_step(cfg, NUM_CLASSES)
+        assert ms.get_auto_parallel_context("parallel_mode") == "semi_auto_parallel"
+        assert ms.get_auto_parallel_context("strategy_ckpt_config")["load_file"] == cfg.strategy_file
+    finally:
+        ms.reset_auto_parallel_context()
+    assert net.fc.matmul.in_strategy == ((4, 1), (2, 1)) and net.fc.bias_add.in_strategy == ((4, 2), (2,))
+    for p in net.get_parameters():
+        np.testing.assert_array_equal(p.asnumpy(), values[p.name], err_msg=p.name)
+    assert called == [("loss", cfg), ("opt", cfg, len(net.trainable_params()))]
+
+
+def test_gpu_path_refuses_a_checkpoint_of_another_network(tmp_path, gpu_cfg, full_net):
+    import mindspore as ms
+
+    cfg, values = gpu_cfg
+    values = dict(values, **{"fc.weight": np.zeros((NUM_CLASSES + 1, full_net.feature_dim), np.float32)})
+    ms.save_checkpoint([{"name": n, "data": ms.Tensor(v)} for n, v in values.items()],
+                       str(tmp_path / "other.ckpt"))
+    try:
+        with pytest.raises(DataError, match="'fc.weight' has shape"):
+            H.build_semi_auto_step(cfg.replace(init_checkpoint=str(tmp_path / "other.ckpt")), NUM_CLASSES)
+    finally:
+        ms.reset_auto_parallel_context()
+
+
+def test_reference_steps_caps_the_job_and_the_trace(tmp_path):
+    """gpu8 (ResNet-50, hundreds of steps) gets a small cap; the cap never exceeds the job or its trace."""
+    gpu8 = job_config("gpu8")
+    assert H.reference_steps(gpu8) == gpu8.steps > 100
+    assert H.reference_steps(gpu8, 2) == 2
+    assert H.reference_steps(gpu8.replace(steps=3), 10) == 3
+    for bad in (0, -1, True, 2.5, "2"):
+        with pytest.raises(ConfigError, match="steps"):
+            H.reference_steps(gpu8, bad)
+    for r in range(gpu8.world_size):           # rank 3 recorded step_0..step_2, the others step_0..step_3
+        (tmp_path / f"rank_{r}").mkdir()
+        for k in range(3 if r == 3 else 4):
+            (tmp_path / f"rank_{r}" / f"step_{k}.npz").touch()
+    assert H.traced_updates(tmp_path, gpu8.world_size) == 2
+    assert H.reference_steps(gpu8, 5, follow=tmp_path) == 2
+    assert H.reference_steps(gpu8, 1, follow=tmp_path) == 1
+    with pytest.raises(DataError, match="no update recorded"):
+        H.reference_steps(gpu8, 2, follow=tmp_path / "missing")
+
+
+def test_reference_command_line_carries_the_cap(monkeypatch, tmp_path):
+    cmd = H.reference_command(tmp_path, tmp_path / "r.npz", follow=tmp_path / "t", steps=2)
+    assert cmd[-6:] == ["reference", str(tmp_path), str(tmp_path / "r.npz"), str(tmp_path / "t"),
+                        "--steps", "2"]
+    assert "--steps" not in H.reference_command(tmp_path, tmp_path / "r.npz")
+    seen = {}
+
+    def fake_reference_train(run_dir, out_path, steps=None, follow=None):
+        seen.update(run_dir=run_dir, steps=steps, follow=follow)
+        return {"losses": [[1.0]] * 2, "params": {}, "steps": 2}
+
+    monkeypatch.setattr(H, "reference_train", fake_reference_train)
+    assert H._main(cmd[cmd.index("reference"):]) == 0
+    assert seen == {"run_dir": str(tmp_path), "steps": 2, "follow": str(tmp_path / "t")}
+    assert json.loads((tmp_path / "reference_follow_losses.json").read_text())["steps"] == 2

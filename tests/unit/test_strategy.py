@@ -86,6 +86,39 @@ def test_build_strategy_records_classifier_operator_strategies(shapes):
     assert ops == {"MatMul_fc.weight": [[2, 1], [4, 1]], "BiasAdd_fc.bias": [[2, 4], [4]]}
 
 
+def test_operator_keys_follow_mindspores_rule_on_the_real_dense(net):
+    """MindSpore's key (strategy_utils.cc ExtractStrategyAndInit, parallel_postprocessor.cc
+    CheckpointStrategy): the primitive's name + "_" + the first Parameter among the op's inputs. nn.Dense calls
+    self.matmul(x, self.weight) and self.bias_add(x, self.bias): the keys come from those, not scope paths."""
+    fc = net.fc
+    rule = {f"{fc.matmul.name}_{fc.weight.name}", f"{fc.bias_add.name}_{fc.bias.name}"}
+    keys = {item.node_name for item in S.build_strategy(net, L42).parallel_strategy_item}
+    assert keys == rule == {"MatMul_fc.weight", "BiasAdd_fc.bias"}
+    assert not any("/" in k for k in keys)
+
+
+@pytest.mark.parametrize("suffix", [".ckpt", ".json"])
+def test_mindspore_strategy_merge_reads_the_operator_entries(tmp_path, net, shapes, suffix):
+    """mindspore.parallel.merge_pipeline_strategys is MindSpore's Python reader of parallel_strategy_item (it
+    needs the items, takes the stage from the first, copies them by node_name): it accepts ours unchanged."""
+    from mindspore.parallel import merge_pipeline_strategys
+    from mindspore.train.node_strategy_pb2 import ParallelStrategyMap
+
+    smap = S.build_strategy(net, L24)
+    S.save_strategy(smap, tmp_path / "stages" / f"stage0{suffix}", shapes)
+    dst = tmp_path / f"merged{suffix}"
+    merge_pipeline_strategys(str(tmp_path / "stages"), str(dst))
+    if suffix == ".json":
+        items = json.loads(dst.read_text())["parallel_strategy_item"]
+        got = {k: v["parallel_strategy"] for k, v in items.items()}
+    else:
+        merged = ParallelStrategyMap()
+        merged.ParseFromString(dst.read_bytes())
+        got = {i.node_name: [list(s.dim) for s in i.parallel_strategys.parallel_strategy]
+               for i in merged.parallel_strategy_item}
+    assert got == {"MatMul_fc.weight": [[2, 1], [4, 1]], "BiasAdd_fc.bias": [[2, 4], [4]]}
+
+
 def test_build_strategy_can_split_the_last_stage_and_optimizer_state(shapes):
     with_state = dict(shapes, **{"moments.fc.weight": shapes["fc.weight"], "global_step": (1,)})
     d = S.strategy_to_dict(S.build_strategy(with_state, L42, split=("fc", "layer4")))
