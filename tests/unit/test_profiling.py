@@ -204,9 +204,9 @@ def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
         P.plot_step_timeline(jp)
 
 
-def test_ascend_trace_reads_device_and_hccl_rows(tmp_path):
-    """On Ascend the kernels are in process 'Ascend Hardware' and the collectives in 'HCCL'
-    (mindspore/profiler/common/constant.py TimelineLayerName); host 'CPU OP' rows are not the device's time."""
+def read_ascend_rank(tmp_path, extra=lambda t: []):
+    """Two steps of an Ascend trace_view.json (Conv2D + ReLU on the device, one HCCL AllReduce, a host row) plus
+    ``extra(t)`` rows per step, read as rank 0."""
     meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
             for p, n in ((1, "CPU OP"), (2, "Ascend Hardware"), (3, "HCCL"))]
     events = []
@@ -214,11 +214,17 @@ def test_ascend_trace_reads_device_and_hccl_rows(tmp_path):
         t = 1000.0 * s
         events += [kernel("Default/Conv2D-op1", t, 100, pid=2), kernel("Default/ReLU-op2", t + 100, 50, pid=2),
                    kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=3),
-                   kernel("Default/Launch-op9", t, 900, pid=1)]
+                   kernel("Default/Launch-op9", t, 900, pid=1)] + extra(t)
     d = tmp_path / "vm_1_x_ascend_ms"
     (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(meta + events))
-    rp = P.read_rank(d, 0, n_steps=2, device_target="Ascend")
+    return P.read_rank(d, 0, n_steps=2, device_target="Ascend")
+
+
+def test_ascend_trace_reads_device_and_hccl_rows(tmp_path):
+    """On Ascend the kernels are in process 'Ascend Hardware' and the collectives in 'HCCL'
+    (mindspore/profiler/common/constant.py TimelineLayerName); host 'CPU OP' rows are not the device's time."""
+    rp = read_ascend_rank(tmp_path)
     assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
     assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
 
@@ -302,19 +308,8 @@ def test_ascend_hccl_link_tasks_and_duplicate_rows_are_not_extra_kernels(tmp_pat
     msprof_timeline_creator.py get_chrome_trace_data): the HCCL process holds the collective (hcom_allReduce__<id>_<n>_<n>,
     the names in analysis/viewer/ascend_step_trace_time_viewer.py) and, on other threads, the link tasks it is made of
     (task names here are illustrative: the 2.10 Python code does not name them). A collective must count once."""
-    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
-            for p, n in ((1, "CPU OP"), (2, "Ascend Hardware"), (3, "HCCL"))]
-    events = []
-    for s in range(2):
-        t = 1000.0 * s
-        events += [kernel("Default/Conv2D-op1", t, 100, pid=2), kernel("Default/ReLU-op2", t + 100, 50, pid=2),
-                   kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=3),
-                   kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=2),      # the same collective on its stream
-                   kernel("Notify_Wait", t + 152, 10, pid=3), kernel("Memcpy", t + 165, 10, pid=3),
-                   kernel("Default/Launch-op9", t, 900, pid=1)]
-    d = tmp_path / "vm_1_x_ascend_ms"
-    (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
-    (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(meta + events))
-    rp = P.read_rank(d, 0, n_steps=2, device_target="Ascend")
+    rp = read_ascend_rank(tmp_path, lambda t: [
+        kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=2),      # the same collective on its stream
+        kernel("Notify_Wait", t + 152, 10, pid=3), kernel("Memcpy", t + 165, 10, pid=3)])
     assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
     assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
