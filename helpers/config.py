@@ -19,6 +19,7 @@ TASKS = ("train", "noop", "grad_check")   # grad_check: helpers.gradcheck.run_ta
 SAMPLERS = ("distributed_shuffle", "distributed", "contiguous", "stratified")
 LOSS_SCALES = ("fixed", "dynamic")
 LR_SCHEDULES = ("constant", "cosine")
+FAIL_MODES = ("raise", "hang")
 
 
 @dataclass(frozen=True)
@@ -79,11 +80,14 @@ class JobConfig:
     bind_cores: bool = False                  # CPU, more ranks than cores: pin local rank r to core r % cores
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
     timeout_s: float = 900.0
+    stall_s: float = 60.0                     # a rank with no new step for max(this, 10 x median step) is hung (helpers.stall)
+    compile_stall_s: float = 900.0            # the same before a rank's first step (graph compilation, data start-up)
     glog_v: int = 3
     env: dict = field(default_factory=dict)
-    # test hooks: make one rank raise at one step (launcher failure tests)
+    # test hooks: make one rank fail at one step (launcher failure tests): "raise" an error or "hang" forever
     fail_rank: int | None = None
     fail_step: int = 0
+    fail_mode: str = "raise"
 
     @property
     def batch_per_rank(self) -> int:
@@ -157,6 +161,10 @@ class JobConfig:
             bad("steps", f"must exceed profile_skip_steps={self.profile_skip_steps} to profile anything")
         if self.num_classes is not None and (isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 1):
             bad("num_classes", "must be a positive int or None")
+        if self.fail_mode not in FAIL_MODES:
+            bad("fail_mode", f"must be one of {FAIL_MODES}")
+        if not 0 < self.stall_s <= self.compile_stall_s:
+            bad("stall_s", f"must be positive and at most compile_stall_s={self.compile_stall_s}")
         if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
             bad("fail_rank", "must be a rank of the job")
         return self

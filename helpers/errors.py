@@ -1,12 +1,12 @@
 """The small family of errors a course user may catch and read.
 
 ``ConfigError`` and ``DataError`` name the field or the file at fault. ``JobFailed`` carries the ``kind``
-of failure (``crash``, ``oom``, ``timeout``, ``interrupted``), the failing rank and the tail of its log.
+of failure (``FAILURE_KINDS``), the failing rank and the tail of its log.
 """
 
 from __future__ import annotations
 
-FAILURE_KINDS = ("crash", "oom", "timeout", "interrupted")
+FAILURE_KINDS = ("crash", "oom", "killed", "hang", "timeout", "interrupted")
 
 
 class CourseError(Exception):
