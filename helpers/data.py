@@ -38,7 +38,7 @@ class FolderIndex:
 
 def is_image_file(name: str) -> bool:
     """Whether ImageFolderDataset (given ``IMAGE_EXTENSIONS``) reads this file name."""
-    return any(name.endswith(ext) for ext in IMAGE_EXTENSIONS)
+    return name.endswith(IMAGE_EXTENSIONS)
 
 
 def scan_split(data_dir: str | Path, split: str = "train") -> FolderIndex:
@@ -71,7 +71,8 @@ def ensure_standin(data_dir: str | Path = STANDIN_DIR, size: int = 32) -> Path:
 
 
 def prepare_data(cfg) -> FolderIndex:
-    """Before launch: make the stand-in when the config points at it, then index and check the train split."""
+    """Before launch: make the stand-in when the config points at it, then index and check the train split
+    (and val/ when ``cfg.evaluate``): layout, class lists, and every image's bytes (``check_images``)."""
     if Path(cfg.data_dir) == Path(STANDIN_DIR) or resolve(cfg.data_dir) == resolve(STANDIN_DIR):
         ensure_standin(cfg.data_dir)
     elif getattr(cfg, "rehearsal", False):
@@ -80,11 +81,58 @@ def prepare_data(cfg) -> FolderIndex:
         if resolve(cfg.data_dir) == resolve(FAKE_IMAGENET_DIR):
             ensure_fake_imagenet(cfg.data_dir)
     index = scan_split(cfg.data_dir, "train")
+    splits = ("train", "val") if cfg.evaluate else ("train",)
+    if cfg.evaluate:
+        check_val(cfg.data_dir, index.classes)
+    if check_images(cfg, splits):                  # files were set aside: index what is left
+        index = scan_split(cfg.data_dir, "train")
+        if cfg.evaluate:
+            check_val(cfg.data_dir, index.classes)
     per_rank = len(index.labels) // cfg.world_size
     if per_rank < cfg.batch_per_rank:
         raise DataError(f"{index.root}: {len(index.labels)} images give each of {cfg.world_size} ranks "
                         f"{per_rank}, fewer than one batch of {cfg.batch_per_rank}")
     return index
+
+
+def check_val(data_dir: str | Path, train_classes: tuple[str, ...]) -> FolderIndex:
+    """For ``evaluate=True``: val/ is there, sorted into class folders (the pre-flight's layout findings),
+    and holds the same classes as train/; otherwise a DataError naming the difference and the fix."""
+    from helpers.data_checks import APPLEDOUBLE, check_imagenet_layout, class_difference
+
+    failed = [f for f in check_imagenet_layout(data_dir, splits=("val",), images=False)
+              if not f["ok"] and APPLEDOUBLE not in f["check"]]    # '._' files: check_images names them
+    if failed:
+        raise DataError("evaluate=True reads val/, which is not usable: " + "; ".join(
+            f"{f['check']} {f['value']} (fix: {f['fix']})" for f in failed) + " (or set evaluate=False)")
+    val = scan_split(data_dir, "val")
+    diff = class_difference(train_classes, val.classes)
+    if diff:
+        raise DataError(f"evaluate=True: {val.root} and {resolve(data_dir) / 'train'} hold different classes: "
+                        f"{diff}. val/ must hold the same class folders as train/ (or set evaluate=False)")
+    return val
+
+
+def check_images(cfg, splits=("train",)) -> bool:
+    """Every image file of ``splits`` checked by its bytes (``helpers.image_checks``). With
+    ``cfg.bad_images == "stop"`` (default) a bad file raises DataError naming it; with ``"set_aside"`` the
+    bad files are moved to ``<data_dir>/_set_aside/`` (not deleted). Returns whether any file was moved."""
+    from helpers.errors import ConfigError
+    from helpers.image_checks import SET_ASIDE, describe, find_bad_images, fix_text, set_aside
+
+    mode = getattr(cfg, "bad_images", "stop")
+    if mode not in ("stop", "set_aside"):
+        raise ConfigError(f"bad_images: must be 'stop' or 'set_aside' (got {mode!r})")
+    root = resolve(cfg.data_dir)
+    bad = [b for split in splits for b in find_bad_images(root / split)]
+    if not bad:
+        return False
+    if mode == "stop":
+        raise DataError(f"{root}: {describe(bad)}\n  fix: {fix_text(root)}")
+    moved = set_aside(bad, root)
+    print(f"set aside {len(moved)} corrupt or truncated image{'s' * (len(moved) != 1)} "
+          f"(moved, not deleted) to {root / SET_ASIDE}; training without them")
+    return True
 
 
 def _transforms(image_size: int, train: bool, imagenet_stem: bool):

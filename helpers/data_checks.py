@@ -1,7 +1,8 @@
 """One fast pass over an ImageNet-layout folder before launch: what a job would trip on, with the fix.
 
-``os.scandir`` only (no decoding): seconds for 1.28 M files. Each finding is a dict
-``{"check", "ok", "value", "fix"}``; ``helpers.preflight`` shows them as checks.
+``os.scandir`` and each image's first and last bytes (``helpers.image_checks``, no decoding, cached per
+class folder): seconds for 1.28 M files. Each finding is a dict ``{"check", "ok", "value", "fix"}``;
+``helpers.preflight`` shows them as checks.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from pathlib import Path
 
 from helpers.data import IMAGE_EXTENSIONS, is_image_file
 from helpers.paths import resolve
+
+APPLEDOUBLE = "macOS '._' files"       # the finding's name (prepare_data leaves these to the image check)
 
 
 def _finding(check: str, ok: bool, value: str, fix: str = "") -> dict:
@@ -49,9 +52,32 @@ def _labels_csv(root: Path) -> Path | None:
     return None
 
 
-def check_imagenet_layout(data_dir, splits=("train", "val"), world_size: int = 1) -> list[dict]:
+def class_difference(train, val) -> str:
+    """'' when the class lists are equal, else how they differ, naming a few classes on each side."""
+    a, b = set(train), set(val)
+    if a == b:
+        return ""
+    only_a, only_b = sorted(a - b), sorted(b - a)
+    return ", ".join(f"{len(only)} only in {side}" + (f" (e.g. {', '.join(only[:3])})" if only else "")
+                     for side, only in (("train", only_a), ("val", only_b)))
+
+
+def _image_findings(split_dir: Path, split: str, root: Path) -> list[dict]:
+    """A FAIL naming the corrupt or truncated images of one split (``helpers.image_checks``), else a PASS."""
+    from helpers.image_checks import find_bad_images, fix_text
+
+    bad = find_bad_images(split_dir)
+    if not bad:
+        return [_finding(f"{split}/ image bytes", True, "no empty, truncated or non-image files")]
+    shown = "; ".join(f"{b.path.relative_to(split_dir)} ({b.reason})" for b in bad[:3])
+    return [_finding(f"{split}/ corrupt images", False, f"{len(bad)}: {shown}" + (" ..." if len(bad) > 3 else ""),
+                     fix_text(root))]
+
+
+def check_imagenet_layout(data_dir, splits=("train", "val"), world_size: int = 1, images: bool = True) -> list[dict]:
     """Findings for ``data_dir``: train/ and val/ present with class folders, a flat val/ (and the command
-    that sorts it), equal class lists, empty classes, classes with fewer images than ranks, ignored files."""
+    that sorts it), equal class lists, empty classes, classes with fewer images than ranks, ignored files,
+    and (``images``) corrupt or truncated image files."""
     root = resolve(data_dir)
     if not root.is_dir():
         return [_finding("data_dir", False, f"{root} does not exist",
@@ -84,16 +110,16 @@ def check_imagenet_layout(data_dir, splits=("train", "val"), world_size: int = 1
                                 f"{len(few)} (e.g. {', '.join(few[:3])}) have < {world_size} images",
                                 "the stratified sampler gives every rank each class: add images or use fewer ranks"))
         if apple:
-            out.append(_finding(f"{split}/ macOS '._' files", False, f"{len(apple)}, e.g. {apple[0]}",
+            out.append(_finding(f"{split}/ {APPLEDOUBLE}", False, f"{len(apple)}, e.g. {apple[0]}",
                                 f"they end in an image extension but are not images: find {d} -name '._*' -delete"))
         if ignored:
             out.append(_finding(f"{split}/ non-image files", True,
                                 f"{ignored} ignored (not {'/'.join(sorted({e.lower() for e in IMAGE_EXTENSIONS}))})"))
+        if images and counts:
+            out += _image_findings(d, split, root)
     if "train" in classes and "val" in classes and classes["val"]:
-        a, b = set(classes["train"]), set(classes["val"])
-        same = a == b
-        out.append(_finding("train/ and val/ classes", same, "the same" if same else
-                            f"{len(a - b)} only in train, {len(b - a)} only in val",
-                            "" if same else "val/ must hold the same class folders as train/"))
+        diff = class_difference(classes["train"], classes["val"])
+        out.append(_finding("train/ and val/ classes", not diff, diff or "the same",
+                            "val/ must hold the same class folders as train/" if diff else ""))
     return out
 

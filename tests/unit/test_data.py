@@ -57,3 +57,17 @@ def test_every_train_sharding_reads_real_batches(standin, sampler):
     assert len(labels) == cfg.batch_per_rank
     if sampler == "contiguous":
         assert len(set(labels.tolist())) == 1 and labels[0] >= 8, "the last block holds the last classes, in order"
+
+
+def test_standin_passes_every_check_and_stays_fast(standin):
+    """prepare_data runs before every job: with the image check (cached per class folder) it stays in
+    milliseconds on the stand-in, train and val."""
+    import time
+
+    cfg = job_config("ci", evaluate=True)
+    prepare_data(cfg)
+    t0 = time.perf_counter()
+    for _ in range(5):
+        index = prepare_data(cfg)
+    assert (time.perf_counter() - t0) / 5 < 0.1
+    assert len(index.classes) == 10 and not (standin / "_set_aside").exists()
