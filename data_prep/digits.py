@@ -7,14 +7,24 @@ ImageNet's classes range from 732 to 1,300 images. Readers list the files class 
 makes a naive split across ranks dangerous (chapter 01).
 
     python -m data_prep.digits [--out data/digits] [--size 32] [--force]
+
+Two course runs may start at once on one machine (two clones, or two users with one data folder), so the
+tree is built in a private temporary sibling folder, its marker file written last, and renamed into place
+in one step (``build_tree``): a reader sees the whole tree or none, the slower writer discards its copy, and
+a folder without the marker (an interrupted older write) is rebuilt.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
+import os
 import shutil
+import tempfile
+import uuid
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -27,43 +37,89 @@ def class_name(label: int) -> str:
     return f"digit_{label}"
 
 
+def complete_info(out: Path, marker: str, settings: dict) -> dict | None:
+    """The marker's contents when ``out`` holds a complete tree written with ``settings``, else None."""
+    try:
+        info = json.loads((Path(out) / marker).read_text())
+    except (OSError, ValueError):
+        return None
+    return info if isinstance(info, dict) and info.get("settings") == settings else None
+
+
+def _remove_abandoned_partials(out: Path) -> None:
+    """Temporary folders left by writers that were killed (their pid, in the name, is gone), and old trees
+    set aside by a writer killed before it removed them."""
+    for stale in out.parent.glob(f"{out.name}.stale-*"):
+        shutil.rmtree(stale, ignore_errors=True)
+    for tmp in out.parent.glob(f"{out.name}.partial*"):
+        pid = tmp.name[len(out.name) + len(".partial-"):].split("-", 1)[0]
+        try:
+            os.kill(int(pid), 0)
+            continue                             # its writer is still at work
+        except (ValueError, ProcessLookupError):
+            pass                                 # the old fixed ".partial" name, or a dead writer
+        except PermissionError:
+            continue                             # alive, another user's
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def build_tree(out: str | Path, marker: str, settings: dict, build: Callable[[Path], dict],
+               force: bool = False) -> dict:
+    """Make ``out`` a complete tree: ``build(folder)`` writes the files into a temporary sibling and returns
+    the info dict (with ``settings``), written last as ``marker``; the folder is then renamed to ``out``.
+    Returns the info of the tree now at ``out`` (another run's, when it finished first)."""
+    out = Path(out)
+    if not force and (info := complete_info(out, marker, settings)) is not None:
+        return info
+    out.parent.mkdir(parents=True, exist_ok=True)
+    _remove_abandoned_partials(out)
+    tmp = Path(tempfile.mkdtemp(prefix=f"{out.name}.partial-{os.getpid()}-", dir=out.parent))
+    try:
+        os.chmod(tmp, 0o755)                     # mkdtemp makes it private
+        info = build(tmp)
+        (tmp / marker).write_text(json.dumps(info, indent=2))
+        # publish under a lock so two finishing writers cannot swap trees under each other
+        with open(out.parent / f".{out.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not force and (done := complete_info(out, marker, settings)) is not None:
+                return done                      # another run finished first: keep its tree, drop ours
+            stale = out.with_name(f"{out.name}.stale-{uuid.uuid4().hex[:8]}")
+            if out.exists() or out.is_symlink():
+                os.rename(out, stale)            # incomplete or other settings: set aside, removed below
+            os.rename(tmp, out)
+        shutil.rmtree(stale, ignore_errors=True)
+        return info
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)   # gone after a successful rename; our copy otherwise
+
+
 def write_digits(out: str | Path, size: int = 32, seed: int = 0, force: bool = False) -> dict:
     """Write the stand-in under ``out`` (skipped if a complete copy with the same settings is there)."""
     from PIL import Image
     from sklearn.datasets import load_digits
 
-    out = Path(out)
     settings = {"size": size, "seed": seed, "keep_slope": KEEP_SLOPE, "val_fraction": VAL_FRACTION}
-    marker = out / MARKER
-    if marker.exists() and not force:
-        info = json.loads(marker.read_text())
-        if info.get("settings") == settings:
-            return info
-    if out.exists():
-        shutil.rmtree(out)
-    digits = load_digits()
-    rng = np.random.default_rng(seed)
-    counts = {"train": {}, "val": {}}
-    tmp = out.with_name(out.name + ".partial")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    for label in range(10):
-        idx = rng.permutation(np.flatnonzero(digits.target == label))
-        n_val = int(round(len(idx) * VAL_FRACTION))
-        val, train = idx[:n_val], idx[n_val:]
-        train = train[: int(round(len(train) * (1.0 - KEEP_SLOPE * label)))]
-        for split, chosen in (("train", train), ("val", val)):
-            folder = tmp / split / class_name(label)
-            folder.mkdir(parents=True, exist_ok=True)
-            for i in chosen:
-                pixels = (digits.images[i] * (255.0 / 16.0)).astype(np.uint8)
-                img = Image.fromarray(pixels, mode="L").resize((size, size), Image.BILINEAR).convert("RGB")
-                img.save(folder / f"{i:04d}.JPEG", quality=95)
-            counts[split][class_name(label)] = int(len(chosen))
-    info = {"settings": settings, "counts": counts, "source": "sklearn.datasets.load_digits"}
-    (tmp / MARKER).write_text(json.dumps(info, indent=2))
-    tmp.rename(out)  # complete or absent: an interrupted run leaves only the .partial folder
-    return info
+
+    def build(tmp: Path) -> dict:
+        digits = load_digits()
+        rng = np.random.default_rng(seed)
+        counts = {"train": {}, "val": {}}
+        for label in range(10):
+            idx = rng.permutation(np.flatnonzero(digits.target == label))
+            n_val = int(round(len(idx) * VAL_FRACTION))
+            val, train = idx[:n_val], idx[n_val:]
+            train = train[: int(round(len(train) * (1.0 - KEEP_SLOPE * label)))]
+            for split, chosen in (("train", train), ("val", val)):
+                folder = tmp / split / class_name(label)
+                folder.mkdir(parents=True, exist_ok=True)
+                for i in chosen:
+                    pixels = (digits.images[i] * (255.0 / 16.0)).astype(np.uint8)
+                    img = Image.fromarray(pixels, mode="L").resize((size, size), Image.BILINEAR).convert("RGB")
+                    img.save(folder / f"{i:04d}.JPEG", quality=95)
+                counts[split][class_name(label)] = int(len(chosen))
+        return {"settings": settings, "counts": counts, "source": "sklearn.datasets.load_digits"}
+
+    return build_tree(out, MARKER, settings, build, force)
 
 
 def main(argv=None):

@@ -12,11 +12,11 @@ tests/unit/test_imagenet_prep.py). ``val/`` is flat (``ILSVRC2012_val_<8 digits>
 from __future__ import annotations
 
 import argparse
-import json
-import shutil
 from pathlib import Path
 
 import numpy as np
+
+from data_prep.digits import build_tree
 
 WNIDS = ("n01440764", "n01443537", "n01484850", "n01491361", "n01494475", "n01496331", "n01498041",
          "n01514668")
@@ -33,53 +33,58 @@ def _image(rng, label: int, size: int) -> np.ndarray:
 
 
 def write_fake_imagenet(out: str | Path, classes: int = 4, per_class: int = 6, val_per_class: int = 2,
-                        size: int = 224, seed: int = 0, force: bool = False) -> dict:
-    """Write the tree under ``out`` (skipped when a complete copy with the same settings is there)."""
+                        size: int = 224, seed: int = 0, force: bool = False, sort_val: bool = False) -> dict:
+    """Write the tree under ``out`` (skipped when a complete copy with the same settings is there).
+
+    Built in a temporary sibling and renamed into place (``data_prep.digits.build_tree``), so two course runs
+    starting at once never see half a tree. ``sort_val`` sorts the flat ``val/`` into class folders
+    (``data_prep.imagenet_val``) before the tree is published."""
     from PIL import Image
 
     if not 1 <= classes <= len(WNIDS):
         raise ValueError(f"classes must be 1..{len(WNIDS)}, got {classes}")
-    out = Path(out)
     settings = dict(classes=classes, per_class=per_class, val_per_class=val_per_class, size=size, seed=seed)
-    if (out / MARKER).exists() and not force and json.loads((out / MARKER).read_text()).get("settings") == settings:
-        return json.loads((out / MARKER).read_text())
-    tmp = out.with_name(out.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    rng = np.random.default_rng(seed)
-    quirks = {}
-    for label, wnid in enumerate(WNIDS[:classes]):
-        folder = tmp / "train" / wnid
-        folder.mkdir(parents=True)
-        for i in range(per_class):
-            path = folder / f"{wnid}_{i}.JPEG"
-            img = Image.fromarray(_image(rng, label, size))
-            if label == 0 and i == 0:
-                img.convert("CMYK").save(path, format="JPEG")
-                quirks["cmyk_jpeg"] = str(path.relative_to(tmp))
-            elif label == 0 and i == 1:
-                img.convert("L").save(path, format="JPEG")
-                quirks["grayscale_jpeg"] = str(path.relative_to(tmp))
-            elif label == 0 and i == 2:
-                img.save(path, format="PNG")
-                quirks["png_named_jpeg"] = str(path.relative_to(tmp))
-            else:
-                img.save(path, format="JPEG", quality=90)
-    (tmp / "val").mkdir()
-    rows, n = [], 0
-    for label, wnid in enumerate(WNIDS[:classes]):
-        for _ in range(val_per_class):
-            n += 1
-            image_id = f"ILSVRC2012_val_{n:08d}"
-            Image.fromarray(_image(rng, label, size)).save(tmp / "val" / f"{image_id}.JPEG", format="JPEG")
-            rows.append(f"{image_id},{wnid} 0 0 {size - 1} {size - 1}")
-    (tmp / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "\n".join(rows) + "\n")
-    (tmp / "LOC_synset_mapping.txt").write_text(
-        "".join(f"{w} {name}\n" for w, name in zip(WNIDS[:classes], NAMES)))
-    info = dict(settings=settings, quirks=quirks, train_images=classes * per_class, val_images=n)
-    (tmp / MARKER).write_text(json.dumps(info, indent=2))
-    shutil.rmtree(out, ignore_errors=True)
-    tmp.rename(out)
-    return info
+    if sort_val:
+        settings["val_sorted"] = True
+
+    def build(tmp: Path) -> dict:
+        rng = np.random.default_rng(seed)
+        quirks = {}
+        for label, wnid in enumerate(WNIDS[:classes]):
+            folder = tmp / "train" / wnid
+            folder.mkdir(parents=True)
+            for i in range(per_class):
+                path = folder / f"{wnid}_{i}.JPEG"
+                img = Image.fromarray(_image(rng, label, size))
+                if label == 0 and i == 0:
+                    img.convert("CMYK").save(path, format="JPEG")
+                    quirks["cmyk_jpeg"] = str(path.relative_to(tmp))
+                elif label == 0 and i == 1:
+                    img.convert("L").save(path, format="JPEG")
+                    quirks["grayscale_jpeg"] = str(path.relative_to(tmp))
+                elif label == 0 and i == 2:
+                    img.save(path, format="PNG")
+                    quirks["png_named_jpeg"] = str(path.relative_to(tmp))
+                else:
+                    img.save(path, format="JPEG", quality=90)
+        (tmp / "val").mkdir()
+        rows, n = [], 0
+        for label, wnid in enumerate(WNIDS[:classes]):
+            for _ in range(val_per_class):
+                n += 1
+                image_id = f"ILSVRC2012_val_{n:08d}"
+                Image.fromarray(_image(rng, label, size)).save(tmp / "val" / f"{image_id}.JPEG", format="JPEG")
+                rows.append(f"{image_id},{wnid} 0 0 {size - 1} {size - 1}")
+        (tmp / "LOC_val_solution.csv").write_text("ImageId,PredictionString\n" + "\n".join(rows) + "\n")
+        (tmp / "LOC_synset_mapping.txt").write_text(
+            "".join(f"{w} {name}\n" for w, name in zip(WNIDS[:classes], NAMES)))
+        if sort_val:                             # sorted before publishing: nobody sees val/ half-sorted
+            from data_prep.imagenet_val import sort_val as sort_flat_val
+
+            sort_flat_val(tmp, tmp / "LOC_val_solution.csv")
+        return dict(settings=settings, quirks=quirks, train_images=classes * per_class, val_images=n)
+
+    return build_tree(out, MARKER, settings, build, force)
 
 
 def main(argv=None) -> int:

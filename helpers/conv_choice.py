@@ -6,20 +6,24 @@ made a whole ResNet step ~10x faster; on another (AMD EPYC, oneDNN ``gemm:jit``)
 1.7x *faster* than im2col for the ci/cpu presets' model. So the course does not assume: ``auto`` times one
 training step of the job's own model (per-rank batch, one thread, after compilation) with each
 implementation in a subprocess, picks the faster, and caches the answer per machine and model in
-``runs/conv_choice.json``. On GPU/Ascend ``auto`` means ``native``.
+``runs/conv_choice.json`` (written atomically and merged with what another course run wrote meanwhile; a
+corrupt file counts as empty and is rewritten). On GPU/Ascend ``auto`` means ``native``.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
-from helpers.paths import resolve
+from helpers.paths import code_root, resolve
 
 CACHE = "runs/conv_choice.json"
 
@@ -76,10 +80,38 @@ def measure(cfg) -> dict:
         code = ("import json,sys; from helpers.conv_choice import time_train_step; "
                 "print(json.dumps(time_train_step(*json.loads(sys.argv[1]))))")
         args = json.dumps([cfg.arch, cfg.width, cfg.stem, cfg.image_size, cfg.batch_per_rank, impl])
+        pythonpath = os.pathsep.join(p for p in (str(code_root()), os.environ.get("PYTHONPATH", "")) if p)
         res = subprocess.run([sys.executable, "-c", code, args], capture_output=True, text=True, check=True,
-                             env={**__import__("os").environ, "GLOG_v": "3"})
+                             env={**os.environ, "GLOG_v": "3", "PYTHONPATH": pythonpath})  # the helpers in use
         out[impl] = float(res.stdout.strip().splitlines()[-1])
     return out
+
+
+def read_cache(path) -> dict:
+    """The cached measurements; a missing, unreadable or corrupt file (e.g. cut off by a full disk) is empty."""
+    try:
+        cache = json.loads(Path(path).read_text())
+    except (OSError, ValueError):       # json.JSONDecodeError and UnicodeDecodeError are ValueErrors
+        return {}
+    return cache if isinstance(cache, dict) else {}
+
+
+def write_cache_entry(path, key: str, entry: dict) -> dict:
+    """Add ``entry`` under ``key`` atomically: re-read what another course run may have written meanwhile,
+    merge, write a temporary file in the same folder and ``os.replace`` it (readers see the old or the new
+    file, never half of one). Returns the merged cache."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cache = {**read_cache(path), key: entry}
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(cache, f, indent=1)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return cache
 
 
 def resolve_conv_impl(cfg) -> tuple[str, dict]:
@@ -89,14 +121,13 @@ def resolve_conv_impl(cfg) -> tuple[str, dict]:
     if cfg.device_target != "CPU":
         return "native", {"reason": f"native kernels are the fast ones on {cfg.device_target}"}
     path = resolve(CACHE)
-    cache = json.loads(path.read_text()) if path.exists() else {}
     key = _key(cfg)
-    if key not in cache:
+    entry = read_cache(path).get(key)
+    if not (isinstance(entry, dict) and isinstance(entry.get("seconds_per_step"), dict)
+            and entry["seconds_per_step"]):
         times = measure(cfg)
-        cache[key] = {"seconds_per_step": times, "cpu": _cpu_name(), "measured": time.strftime("%Y-%m-%d %H:%M")}
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cache, indent=1))
-    entry = cache[key]
+        entry = {"seconds_per_step": times, "cpu": _cpu_name(), "measured": time.strftime("%Y-%m-%d %H:%M")}
+        write_cache_entry(path, key, entry)
     times = entry["seconds_per_step"]
     impl = min(times, key=times.get)
     return impl, {"reason": "measured on this CPU (one train step of this model, per-rank batch, 1 thread)",

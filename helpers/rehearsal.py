@@ -46,13 +46,13 @@ def rehearsal_overrides(preset: str) -> dict:
 
 def ensure_fake_imagenet(data_dir: str | Path = FAKE_IMAGENET_DIR) -> Path:
     """Write the generated ImageNet-layout tree if missing, with its flat val/ sorted into class folders by
-    the same one-command fix a user runs on real ImageNet (``data_prep.imagenet_val``)."""
+    the same one-command fix a user runs on real ImageNet (``data_prep.imagenet_val``). The sorting happens
+    before the tree is renamed into place, so two course runs starting at once never see (or move files in)
+    a half-sorted val/."""
     from data_prep.fake_imagenet import write_fake_imagenet
-    from data_prep.imagenet_val import sort_val
 
     root = resolve(data_dir)
-    write_fake_imagenet(root)
-    sort_val(root, root / "LOC_val_solution.csv")
+    write_fake_imagenet(root, sort_val=True)
     return root
 
 

@@ -5,6 +5,8 @@ compile cache) that starts a tiny 8-rank job through ``helpers.launch.run_job`` 
 same moment as the other. Both must succeed, on different master ports, in different run directories,
 and leave no process behind. The port reservation that makes this hold (``free_port``) is checked on its
 own too: two processes asking for many ports at once never get the same one.
+A second clone sharing the first clone's virtualenv (``pip install -e .`` done in the first) runs its own
+helpers in the launcher and every rank, and writes its runs into its own ``runs/``.
 """
 
 import json
@@ -99,3 +101,44 @@ def test_free_port_never_gives_two_launchers_the_same_port(tmp_path):
     for port in set(together):                  # hand the test's reservations back
         (PORT_LOCK_DIR / str(port)).unlink(missing_ok=True)
     assert len(set(together)) == len(together), "free_port handed the same port out twice"
+
+
+SECOND_CLONE_JOB = """
+import json, sys
+from helpers.config import job_config
+from helpers.launch import run_job
+from helpers.paths import course_home
+cfg = job_config("ci", name="clone", chapter="00", task="noop", data_dir=sys.argv[1], steps=2)
+r = run_job(cfg, progress="none")
+print(json.dumps({"home": str(course_home()), "run_dir": str(r.run_dir), "rc": r.returncode}))
+"""
+
+
+def test_a_second_clone_sharing_the_virtualenv_runs_its_own_helpers(standin, tmp_path):
+    """Clone B's notebook (working directory B/notebooks, virtualenv installed from this repository) runs
+    B's helpers in the launcher and in every rank, and writes its run under B/runs."""
+    import shutil
+
+    clone = tmp_path / "clone_b"
+    clone.mkdir()
+    shutil.copy(REPO / "pyproject.toml", clone)
+    for pkg in ("helpers", "data_prep"):
+        shutil.copytree(REPO / pkg, clone / pkg, ignore=shutil.ignore_patterns("__pycache__"))
+    (clone / "notebooks").mkdir()
+    seen = tmp_path / "imported_from"
+    seen.mkdir()
+    with open(clone / "helpers" / "__init__.py", "a") as f:     # every process records whose helpers it runs
+        f.write("\nif os.environ.get('SEEN_DIR'):\n"
+                "    open(os.path.join(os.environ['SEEN_DIR'], str(os.getpid())), 'w').write(__path__[0])\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("COURSE_HOME", "PYTHONPATH")}
+    env.update(COURSE_PROGRESS="text", SEEN_DIR=str(seen))
+    p = subprocess.run([sys.executable, "-c", SECOND_CLONE_JOB, str(standin)], cwd=clone / "notebooks", env=env,
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    out = json.loads(p.stdout.strip().splitlines()[-1])
+    assert out["home"] == str(clone) and out["rc"] == 0
+    assert Path(out["run_dir"]).is_relative_to(clone / "runs")
+    assert f"helpers: using {clone / 'helpers'}" in p.stderr
+    ranks = [f.read_text() for f in seen.iterdir()]
+    assert len(ranks) >= 9, "the launcher and 8 ranks should all have imported the clone's helpers"
+    assert set(ranks) == {str(clone / "helpers")}

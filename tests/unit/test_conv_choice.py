@@ -27,3 +27,21 @@ def test_auto_picks_the_faster_measured_and_caches_it(tmp_path, monkeypatch):
 
 def test_a_real_step_is_timed():
     assert conv_choice.time_train_step("resnet18", 0.125, "small", 16, 2, "im2col", repeats=1) > 0
+
+
+def test_a_corrupt_conv_choice_cache_is_measured_again_and_rewritten(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    cache = tmp_path / "runs" / "conv_choice.json"
+    cache.parent.mkdir()
+    cache.write_text('{"half a file written when the disk filled')
+    monkeypatch.setattr(conv_choice, "measure", lambda cfg: {"native": 0.5, "im2col": 0.2})
+    assert conv_choice.resolve_conv_impl(job_config("ci"))[0] == "im2col"
+    assert len(json.loads(cache.read_text())) == 1
+    assert [p.name for p in cache.parent.iterdir()] == ["conv_choice.json"], "a temporary file was left"
+
+
+def test_conv_choice_keeps_what_another_run_wrote_meanwhile(tmp_path):
+    path = tmp_path / "conv_choice.json"
+    conv_choice.write_cache_entry(path, "a", {"seconds_per_step": {"native": 1.0}})
+    conv_choice.write_cache_entry(path, "b", {"seconds_per_step": {"im2col": 1.0}})
+    assert sorted(conv_choice.read_cache(path)) == ["a", "b"]
