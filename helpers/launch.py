@@ -2,12 +2,11 @@
 
     result = run_job(job_config("ci", name="smoke"))
 
-The kernel stays light: it writes ``<run_dir>/config.json``, starts ``msrun`` (in its own session), tails
-``<run_dir>/metrics/rank_<r>.jsonl`` for live progress and returns a ``JobResult``. When a rank fails, the
-cell raises within seconds (from the rank's own failure record, or its process vanishing) instead of
-msrun's ~50 s; on timeout or interrupt the job is ended too. Ending a job: SIGINT to msrun (it stops its
-workers), a short wait, then SIGKILL to every process still carrying this job's id in its environment
-(workers run in sessions of their own, so a process-group kill would miss them). Logs are always kept.
+The kernel stays light: it writes ``<run_dir>/config.json``, starts ``msrun`` (in its own session; msrun runs
+each rank under ``helpers.rank_guard``), tails the ranks' records for live progress (``helpers.job_watch``)
+and returns a ``JobResult``. A failing, killed or hung rank, a timeout or an interrupt ends the job and
+raises ``JobFailed`` naming the rank. Ending a job: SIGINT to msrun, a short wait, then SIGKILL to every
+process carrying this job's id in its environment. Logs are always kept.
 """
 
 from __future__ import annotations
@@ -31,17 +30,18 @@ import psutil
 from helpers.config import JobConfig
 from helpers.errors import ConfigError, JobFailed
 from helpers.metrics import MetricsTail, metrics_path, read_records
-from helpers.paths import new_run_dir, resolve
+from helpers.paths import code_root, new_run_dir, resolve
 from helpers.progress import make_progress
-from helpers.worker import failure_kind
+from helpers.job_registry import register, reap_orphans, unregister
+from helpers.job_watch import JobWatch, Verdict, log_tail
+from helpers.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV, process_start
 
 log = logging.getLogger(__name__)
 
 JOB_ID_ENV = "COURSE_JOB_ID"
 POLL_S = 0.5
 GRACE_S = 8.0           # after SIGINT, how long msrun gets to stop its workers before the sweep
-VANISH_GRACE_S = 2.0
-FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise before the job is ended    # a worker gone without a summary: wait this long for its failure record
+FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise before the job is ended
 
 
 # ---------------------------------------------------------------- command and environment
@@ -121,7 +121,7 @@ def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str =
     return [msrun, f"--worker_num={cfg.world_size}", f"--local_worker_num={cfg.local_workers}",
             f"--master_addr={cfg.master_addr}", f"--master_port={cfg.master_port}",
             f"--node_rank={cfg.node_rank}", f"--log_dir={log_dir}", "--join=True", *bind,
-            "python", "-u", "-m", "helpers.worker", str(config_path)]
+            "python", "-u", "-m", "helpers.rank_guard", str(config_path)]
 
 
 def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
@@ -131,6 +131,10 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
     env["GLOG_v"] = str(cfg.glog_v)
     env["PYTHONUNBUFFERED"] = "1"
     env[JOB_ID_ENV] = job_id
+    env[LAUNCHER_PID_ENV] = str(os.getpid())                 # the rank guards end the job if this process dies
+    env[LAUNCHER_START_ENV] = repr(process_start(os.getpid()))
+    code = str(code_root())                                  # workers import the helpers this launcher uses
+    env["PYTHONPATH"] = os.pathsep.join([code] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     # MindSpore's cluster build retries (a worker asking the scheduler for its peers) and heartbeats every
     # 3-5 s by default; at 1 s every rank is through init() ~4 s sooner (bare msrun, 8 ranks on 2 cores:
     # 16-19 s -> 12-13 s), though a ci job's first step came only ~1 s sooner (the ranks then contend for the
@@ -262,47 +266,10 @@ def stop_job(procs: list[subprocess.Popen], job_id: str, grace_s: float = GRACE_
         p.wait()
 
 
-def _worker_pids(procs: list[subprocess.Popen]) -> dict[int, int]:
-    """rank -> pid of the worker processes msrun started (found by their RANK_ID / MS_ROLE)."""
-    out = {}
-    for p in procs:
-        try:
-            children = psutil.Process(p.pid).children(recursive=True)
-        except psutil.NoSuchProcess:
-            continue
-        for c in children:
-            try:
-                env = c.environ()
-            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-                continue
-            if env.get("MS_ROLE") == "MS_WORKER" and "RANK_ID" in env and "helpers.worker" in " ".join(c.cmdline()):
-                out.setdefault(int(env["RANK_ID"]), c.pid)
-    return out
-
-
 def _wait_exit(procs, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
         time.sleep(0.1)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
-    """Last lines of a rank's worker log (searched under logs/), or of msrun's own output."""
-    if rank is None:
-        candidates = sorted(run_dir.glob("msrun*.log"))
-    else:
-        candidates = sorted((run_dir / "logs").rglob(f"worker_{rank}.log"))
-    text = ""
-    for path in candidates:
-        text += path.read_text(errors="replace")
-    return "\n".join(text.strip().splitlines()[-lines:])
 
 
 def oom_hint(cfg: JobConfig) -> str:
@@ -322,48 +289,57 @@ def oom_hint(cfg: JobConfig) -> str:
                    "(helpers.memory.plan_accumulation picks them for a memory budget)")
 
 
-# ---------------------------------------------------------------- the watcher
-class _Watch:
-    """Polls metrics files and processes of a running job; decides when it is done or has failed."""
+def start_msrun(cfg: JobConfig, spec: dict, i: int, n: int, run_dir: Path, config_path: Path, msrun: str,
+                env: dict) -> subprocess.Popen:
+    """Start one msrun (node ``spec``) in its own session, its output in ``<run_dir>/msrun[i].log``."""
+    node_cfg = cfg.replace(**{k: v for k, v in spec.items() if k not in ("prefix", "env")})
+    log_dir = run_dir / "logs" / (f"node{node_cfg.node_rank}" if n > 1 else "")
+    cmd = list(spec.get("prefix", [])) + msrun_command(node_cfg, config_path, log_dir, msrun)
+    with open(run_dir / f"msrun{i if n > 1 else ''}.log", "wb") as out:
+        return subprocess.Popen(cmd, cwd=run_dir, env={**env, **spec.get("env", {})}, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
 
-    def __init__(self, cfg: JobConfig, run_dir: Path, procs, progress):
-        self.cfg, self.run_dir, self.procs, self.progress = cfg, run_dir, procs, progress
-        self.tail = MetricsTail(run_dir, range(cfg.world_size))
-        self.summaries: dict[int, dict] = {}
-        self.failures: dict[int, dict] = {}
-        self.pids: dict[int, int] = {}
-        self.vanished: dict[int, float] = {}
 
-    def poll(self) -> None:
-        for rec in self.tail.poll():
-            ev, r = rec["event"], rec["rank"]
-            if ev == "step":
-                self.progress.update(r, rec["step"] + 1, rec["loss"])
-            elif ev == "summary":
-                self.summaries[r] = rec
-            elif ev == "failure":
-                self.failures.setdefault(r, rec)
-        if len(self.pids) < self.cfg.world_size:
-            self.pids.update(_worker_pids(self.procs))
-        now = time.monotonic()
-        for r, pid in self.pids.items():
-            if r not in self.summaries and r not in self.failures and not _alive(pid):
-                self.vanished.setdefault(r, now)
+def fail(procs, job_id: str, bar, run_dir: Path, verdict, cfg: JobConfig):
+    """End the job and raise its ``JobFailed`` (with the blamed rank's log, or msrun's)."""
+    stop_job(procs, job_id)
+    message = verdict.message + (oom_hint(cfg) if verdict.kind == "oom" else "")
+    bar.close(f"{verdict.kind}" + (f" on rank {verdict.rank}" if verdict.rank is not None else ""))
+    raise JobFailed(verdict.kind, message, verdict.rank, log_tail(run_dir, verdict.rank), str(run_dir))
 
-    def failed_rank(self) -> tuple[int, str, str] | None:
-        """(rank, kind, message) of the first failure seen, if any."""
-        if self.failures:
-            r = min(self.failures)
-            f = self.failures[r]
-            return r, f["kind"], f["error"]
-        for r, since in sorted(self.vanished.items()):
-            if time.monotonic() - since >= VANISH_GRACE_S:
-                self.poll()
-                if r in self.failures:
-                    return self.failed_rank()
-                tail = log_tail(self.run_dir, r)
-                return r, failure_kind(tail), "worker process exited without finishing (no summary)"
-        return None
+
+def watch_job(cfg: JobConfig, run_dir: Path, procs, bar, job_id: str, t0: float) -> JobWatch:
+    """Poll until every rank has its summary (returns the watch) or the job fails, hangs or times out (raises)."""
+    watch = JobWatch(cfg, run_dir, procs, bar)
+    while True:
+        time.sleep(POLL_S)
+        watch.poll()
+        verdict = watch.verdict() or watch.stall()
+        if verdict:
+            fail(procs, job_id, bar, run_dir, verdict, cfg)
+        if len(watch.summaries) == cfg.world_size:
+            # Every rank has written its summary (fsync'ed): the job's work is done. MindSpore's own
+            # finalisation takes another 5-10 s on CPU; give it a moment, then end what is left.
+            _wait_exit(procs, FINISH_GRACE_S)
+            return watch
+        if all(p.poll() is not None for p in procs):
+            time.sleep(POLL_S)
+            watch.poll()
+            if len(watch.summaries) == cfg.world_size:
+                return watch
+            fail(procs, job_id, bar, run_dir, watch.verdict(final=True) or Verdict(
+                "crash", None, f"msrun exited; ranks without a summary: "
+                f"{[r for r in range(cfg.world_size) if r not in watch.summaries]}"), cfg)
+        if time.monotonic() - t0 > cfg.timeout_s:
+            fail(procs, job_id, bar, run_dir, Verdict("timeout", None, f"not finished after {cfg.timeout_s:.0f} s "
+                                                      "(config timeout_s)"), cfg)
+
+
+def end_orphan_job(job_id: str) -> int:
+    """SIGKILL what is left of a job whose launcher died; returns how many processes were still alive."""
+    found = len(job_processes(job_id))
+    kill_processes_with_env(JOB_ID_ENV, job_id)
+    return found
 
 
 def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
@@ -385,6 +361,9 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
 
         cfg = cfg.replace(conv_impl=resolve_conv_impl(cfg)[0])
     msrun = find_msrun()
+    for left in reap_orphans(end_orphan_job):
+        log.warning("ended %d processes of a job whose launcher had died: %s", left["processes"], left["run_dir"])
+        print(f"note: ended {left['processes']} processes left by a job whose launcher died ({left['run_dir']})")
     run_dir = new_run_dir(cfg.chapter, cfg.name, run_root)
     if cfg.master_port == 0:
         cfg = cfg.replace(master_port=free_port())
@@ -396,40 +375,11 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     t0 = time.monotonic()
     bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
                         cfg.steps, progress)
+    register(job_id, run_dir)
     try:
         for i, spec in enumerate(launches):
-            node_cfg = cfg.replace(**{k: v for k, v in spec.items() if k not in ("prefix", "env")})
-            log_dir = run_dir / "logs" / (f"node{node_cfg.node_rank}" if len(launches) > 1 else "")
-            cmd = list(spec.get("prefix", [])) + msrun_command(node_cfg, config_path, log_dir, msrun)
-            out = open(run_dir / f"msrun{i if len(launches) > 1 else ''}.log", "wb")
-            procs.append(subprocess.Popen(cmd, cwd=run_dir, env={**env, **spec.get("env", {})}, stdout=out, stderr=subprocess.STDOUT,
-                                          stdin=subprocess.DEVNULL, start_new_session=True))
-            out.close()
-        watch = _Watch(cfg, run_dir, procs, bar)
-        while True:
-            time.sleep(POLL_S)
-            watch.poll()
-            failed = watch.failed_rank()
-            if failed:
-                rank, kind, message = failed
-                stop_job(procs, job_id)
-                if kind == "oom":
-                    message += oom_hint(cfg)
-                bar.close(f"failed on rank {rank}")
-                raise JobFailed(kind, message, rank, log_tail(run_dir, rank), str(run_dir))
-            if all(p.poll() is not None for p in procs):
-                watch.poll()
-                break
-            if len(watch.summaries) == cfg.world_size:
-                # Every rank has written its summary (fsync'ed): the job's work is done. MindSpore's own
-                # finalisation takes another 5-10 s on CPU; give it a moment, then end what is left.
-                _wait_exit(procs, FINISH_GRACE_S)
-                break
-            if time.monotonic() - t0 > cfg.timeout_s:
-                stop_job(procs, job_id)
-                bar.close("timed out")
-                raise JobFailed("timeout", f"not finished after {cfg.timeout_s:.0f} s (config timeout_s)",
-                                None, log_tail(run_dir, None), str(run_dir))
+            procs.append(start_msrun(cfg, spec, i, len(launches), run_dir, config_path, msrun, env))
+        watch = watch_job(cfg, run_dir, procs, bar, job_id, t0)
     except KeyboardInterrupt:
         stop_job(procs, job_id)
         bar.close("interrupted")
@@ -438,20 +388,11 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     except BaseException:
         stop_job(procs, job_id)
         raise
+    finally:
+        unregister(job_id)
     wall = time.monotonic() - t0
     stop_job(procs, job_id, grace_s=1.0)   # nothing of the job may outlive the call
-    # msrun's own code after SIGINT is 0 or -2; what decides success is every rank's summary.
-    rc = 0 if len(watch.summaries) == cfg.world_size and not watch.failures else max(
-        abs(p.returncode) for p in procs) or 1
-    missing = [r for r in range(cfg.world_size) if r not in watch.summaries]
-    if rc != 0 or missing:
-        failed = watch.failed_rank()
-        rank = failed[0] if failed else (missing[0] if missing else None)
-        kind = failed[1] if failed else "crash"
-        bar.close("failed")
-        raise JobFailed(kind, f"msrun exited {rc}; ranks without a summary: {missing}", rank,
-                        log_tail(run_dir, rank), str(run_dir))
     bar.close(f"finished in {wall:.1f} s")
-    result = load_result(run_dir, rc, wall)
+    result = load_result(run_dir, 0, wall)
     log.info("job %s finished in %.1f s", run_dir, wall)
     return result

@@ -240,6 +240,9 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
 
 def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
     if cfg.fail_rank == rank and i == cfg.fail_step:
+        if cfg.fail_mode == "hang":   # a Python loop that never returns: the process stays alive, its peers wait
+            while True:
+                time.sleep(1.0)
         raise RuntimeError(f"injected failure on rank {rank} at step {i} (config fail_rank)")
 
 
@@ -300,7 +303,9 @@ def main(argv=None) -> int:
     rank, world = get_rank(), get_group_size()
     out = MetricsWriter(run_dir, rank)
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
-    with recording_failures(out):
+    from helpers.heartbeat import Heartbeat
+
+    with recording_failures(out), Heartbeat(run_dir, rank):
         apply_cpu_memory_cap(cfg)
         if cfg.task == "grad_check":   # chapter 02: accumulated vs full-batch gradients, on every rank
             from helpers.gradcheck import run_task

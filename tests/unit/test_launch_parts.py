@@ -24,7 +24,7 @@ def test_msrun_command_carries_the_job_contract(tmp_path):
     for flag in ("--worker_num=8", "--local_worker_num=4", "--master_port=4242", "--node_rank=1",
                  "--master_addr=10.0.0.1", "--join=True", f"--log_dir={tmp_path / 'logs'}"):
         assert flag in cmd
-    assert cmd[-3:] == ["-m", "helpers.worker", str(tmp_path / "config.json")]
+    assert cmd[-3:] == ["-m", "helpers.rank_guard", str(tmp_path / "config.json")]
     assert cmd[cmd.index("python") - 1].startswith(("--join=True", "--bind_core=")), "msrun flags, then the worker"
 
 

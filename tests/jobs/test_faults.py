@@ -1,0 +1,188 @@
+"""Faults people meet, injected for real into msrun jobs: a hung rank, a stopped rank, a killed rank, a dead launcher,
+msrun failing before any worker starts. Each test asserts the error's kind, the rank named, the time to detect, and
+that no process of the job is left (found by a marker every process of the job inherits)."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers.errors import JobFailed
+from helpers.launch import end_orphan_job, processes_with_env, run_job
+from helpers.metrics import read_records
+
+pytestmark = pytest.mark.jobs
+MARK = "COURSE_TEST_FAULT"
+
+
+@pytest.fixture()
+def marker(monkeypatch):
+    """A value every process the test's job starts carries in its environment (the launcher copies os.environ)."""
+    value = uuid.uuid4().hex
+    monkeypatch.setenv(MARK, value)
+    return value
+
+
+def left(marker: str) -> list:
+    return processes_with_env(MARK, marker)
+
+
+def worker_of(marker: str, rank: int, timeout: float = 120) -> psutil.Process:
+    """The worker process of ``rank`` (the one running helpers.worker, not its guard)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        for p in left(marker):
+            try:
+                env, cmd = p.environ(), " ".join(p.cmdline())
+            except psutil.Error:
+                continue
+            if env.get("MS_ROLE") == "MS_WORKER" and env.get("RANK_ID") == str(rank) and "helpers.worker" in cmd:
+                return p
+        time.sleep(0.2)
+    raise AssertionError(f"no worker process of rank {rank} appeared")
+
+
+def steps_of(root: Path, rank: int) -> list[dict]:
+    files = list(root.glob(f"*/*/metrics/rank_{rank}.jsonl"))
+    return [r for r in read_records(files[0]) if r["event"] == "step"] if files else []
+
+
+def after_step(root: Path, rank: int, step: int, then, timeout: float = 180) -> threading.Thread:
+    """Call ``then()`` from a thread once ``rank`` has recorded ``step``; the test's job runs meanwhile."""
+    def watch():
+        deadline = time.time() + timeout
+        while time.time() < deadline and len(steps_of(root, rank)) <= step:
+            time.sleep(0.1)
+        then()
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
+
+def small(ci_config, **changes):
+    return ci_config.replace(world_size=4, global_batch=32, steps=400, timeout_s=300.0, **changes)
+
+
+def test_a_hung_rank_is_named_as_hung_within_the_stall_limit(ci_config, tmp_path, marker):
+    cfg = small(ci_config, fail_rank=2, fail_step=3, fail_mode="hang", stall_s=8.0)
+    with pytest.raises(JobFailed) as info:
+        run_job(cfg, progress="none", run_root=tmp_path)
+    raised = time.time()
+    err = info.value
+    assert err.kind == "hang" and err.rank == 2, str(err)
+    assert "_maybe_fail" in str(err), "the stuck rank's place in the code is named"
+    stalled_since = steps_of(tmp_path, 2)[-1]["time"]
+    print(f"hang detected {raised - stalled_since:.1f} s after rank 2's last step (stall_s 8)")
+    assert raised - stalled_since < 8.0 + 15, f"detected {raised - stalled_since:.0f} s after the stall"
+    assert not left(marker)
+
+
+def test_a_stopped_rank_is_a_hang_of_that_rank_not_a_crash(ci_config, tmp_path, marker):
+    stopped = {}
+
+    def stop():
+        worker_of(marker, 3).send_signal(signal.SIGSTOP)
+        stopped["at"] = time.time()
+    after_step(tmp_path, 3, 2, stop)
+    with pytest.raises(JobFailed) as info:
+        run_job(small(ci_config), progress="none", run_root=tmp_path)
+    err = info.value
+    assert err.kind == "hang" and err.rank == 3, str(err)
+    print(f"stopped rank reported {time.time() - stopped['at']:.1f} s after SIGSTOP")
+    assert time.time() - stopped["at"] < 90
+    assert not left(marker)
+
+
+def test_a_killed_rank_is_named_with_its_signal_within_15_s(ci_config, tmp_path, marker):
+    killed = {}
+
+    def kill():
+        worker_of(marker, 3).kill()
+        killed["at"] = time.time()
+    after_step(tmp_path, 3, 1, kill)
+    with pytest.raises(JobFailed) as info:
+        run_job(small(ci_config), progress="none", run_root=tmp_path)
+    err = info.value
+    assert err.kind == "killed" and err.rank == 3, str(err)
+    assert "SIGKILL" in str(err) and "out-of-memory" in str(err)
+    print(f"killed rank reported {time.time() - killed['at']:.1f} s after SIGKILL")
+    assert time.time() - killed["at"] < 15
+    assert not left(marker)
+
+
+LAUNCHER = """
+import sys
+from helpers.config import job_config
+from helpers.launch import run_job
+cfg = job_config("ci", name="orphan", chapter="tests", world_size=4, global_batch=32, steps=400, timeout_s=300.0)
+run_job(cfg, progress="none", run_root=sys.argv[1])
+"""
+
+
+def test_a_dead_launcher_takes_its_job_with_it_within_10_s(standin, tmp_path, marker):
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=Path(__file__).parents[2])
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not steps_of(tmp_path, 0):
+            time.sleep(0.2)
+        assert steps_of(tmp_path, 0), "the job never trained"
+        assert len(left(marker)) >= 1 + 4
+        launcher.kill()                         # what a crashed kernel or papermill's death does to the launcher
+        launcher.wait()
+        died = time.time()
+        while left(marker) and time.time() - died < 30:
+            time.sleep(0.2)
+        gone_after = time.time() - died
+    finally:
+        launcher.kill()
+    print(f"every process of the job gone {gone_after:.1f} s after the launcher's death")
+    assert not left(marker), f"{len(left(marker))} processes outlived the launcher by 30 s"
+    assert gone_after < 10, f"the job outlived its launcher by {gone_after:.1f} s"
+
+
+def test_the_next_job_ends_what_a_dead_launcher_left(tmp_path, monkeypatch, marker):
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    from helpers.job_registry import REGISTRY, reap_orphans
+    from helpers.rank_guard import process_start
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(dead.pid)
+    dead.wait()
+    job_id = f"left-{marker}"
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"],
+                                env={**os.environ, "COURSE_JOB_ID": job_id})
+    registry = tmp_path / REGISTRY
+    registry.mkdir(parents=True)
+    (registry / f"{job_id}.json").write_text(json.dumps(dict(
+        job_id=job_id, run_dir=str(tmp_path / "runs/x"), launcher_pid=dead.pid, launcher_start=start, started=0)))
+    cleaned = reap_orphans(end_orphan_job)
+    assert cleaned == [dict(run_dir=str(tmp_path / "runs/x"), processes=1)]
+    leftover.wait(timeout=10)                   # (psutil reaped it already: the code is not reliable here)
+    assert not psutil.pid_exists(leftover.pid) and not left(marker)
+    assert not list(registry.glob("*.json"))
+
+
+def test_msrun_failing_before_any_worker_quotes_its_scheduler(ci_config, tmp_path, marker):
+    import socket
+
+    with socket.socket() as busy:               # the master port is taken: msrun's scheduler cannot listen
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        t0 = time.time()
+        with pytest.raises(JobFailed) as info:
+            run_job(small(ci_config, master_port=busy.getsockname()[1]), progress="none", run_root=tmp_path)
+    err = info.value
+    assert err.kind == "crash" and err.rank is None, str(err)
+    assert "before any worker started" in str(err)
+    assert "tcp server" in err.log_tail.lower(), err.log_tail
+    print(f"msrun's failure reported {time.time() - t0:.1f} s after the call")
+    assert time.time() - t0 < 30
+    assert not left(marker)
