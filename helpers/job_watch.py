@@ -14,7 +14,7 @@ from helpers.metrics import MetricsTail
 from helpers.stall import RankProgress, frozen_before, stalled_ranks, stuck_ranks
 from helpers.worker import failure_kind
 
-PROGRESS_EVENTS = ("start", "ready", "step", "trained", "summary")
+PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "summary")
 VANISH_GRACE_S = 2.0    # a worker gone without an exit file or summary: wait this long for its records
 SETTLE_S = 1.0          # after the first sign of failure, wait this long for the other ranks' records
 

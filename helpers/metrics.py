@@ -2,7 +2,8 @@
 
 Workers append to ``<run_dir>/metrics/rank_<r>.jsonl`` and flush every line; the launcher tails the files
 while the job runs (``MetricsTail``) and the notebooks plot from them. Record kinds (field ``event``):
-``start``, ``step``, ``summary``, ``failure``. Nothing is ever parsed out of free-text logs but error tails.
+``start``, ``ready``, ``step``, ``profile_analysis``, ``trained``, ``summary``, ``failure`` (beside them:
+``beat_<r>.json``, ``helpers.heartbeat``; ``exit_<r>.json``, ``helpers.rank_guard``). Nothing is ever parsed out of free-text logs but error tails.
 """
 
 from __future__ import annotations

@@ -222,6 +222,8 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     t_start = time.perf_counter()
     with profiling_session(cfg, run_dir) as prof:
         step_times = _loop(cfg, rank, step, it, num_classes, out, prof)
+        if cfg.profile:   # the profiler's analysis runs on leaving this block: a phase, not a stalled step
+            out.write("profile_analysis")
     train_s = time.perf_counter() - t_start
     out.write("trained", train_s=train_s)
     accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
