@@ -1,7 +1,7 @@
 """Real 8-rank msrun jobs for chapter 02: a rank over its memory cap fails the job with kind 'oom' leaving no
 process behind. The 8-rank gradient check (accumulated == full batch without BatchNorm, the built-in cells'
 factor K) and the accumulated training run are chapter 02's own jobs, asserted in
-tests/notebooks/test_chapters.py::test_02 rather than run twice in CI."""
+tests/notebooks/test_ch02.py rather than run twice in CI."""
 
 import pytest
 

@@ -1,0 +1,36 @@
+"""Runs one chapter notebook with papermill (preset ci) and checks what every chapter owes: figures, results, claims."""
+
+import json
+from pathlib import Path
+
+from helpers.course import run_chapter
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+MIN_CLAIMS = 4
+
+
+def output_text(ipynb: Path) -> str:
+    """Every text and markdown output of an executed notebook, joined (what a reader sees below the cells)."""
+    nb = json.loads(Path(ipynb).read_text(encoding="utf-8"))
+    parts = []
+    for cell in nb["cells"]:
+        for out in cell.get("outputs", []):
+            parts += out.get("text", [])
+            for mime in ("text/markdown", "text/plain"):
+                parts += out.get("data", {}).get(mime, [])
+    return "".join(parts)
+
+
+def execute(stem: str, tmp_path: Path) -> dict:
+    run = run_chapter(NOTEBOOKS / f"{stem}.ipynb", "ci", tmp_path)
+    assert run.ok, f"{stem} failed: {run.error} (executed notebook: {run.notebook})"
+    page = Path(run.html).read_text(encoding="utf-8")
+    assert "data:image/png;base64" in page, "the HTML handout embeds the chapter's figures"
+    assert (tmp_path / "results" / f"{stem}.json").exists()
+    claims = run.results.get("claims", [])
+    assert len(claims) >= MIN_CLAIMS, f"{stem} records {len(claims)} computed claims"
+    shown = output_text(run.notebook)
+    for c in claims:
+        assert c["text"] in shown, f"claim {c['id']!r} is recorded but not shown: {c['text']!r}"
+        assert c["holds"] is not False, f"claim {c['id']!r} did not hold in the ci run: {c['text']!r}"
+    return run.results
