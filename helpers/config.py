@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from helpers.errors import ConfigError
+from helpers.resnet_layout import ARCHS
 
 DEVICE_TARGETS = ("CPU", "GPU", "Ascend")
 TASKS = ("train", "noop", "grad_check")   # grad_check: helpers.gradcheck.run_task (chapter 02)
@@ -20,6 +22,19 @@ SAMPLERS = ("distributed_shuffle", "distributed", "contiguous", "stratified")
 LOSS_SCALES = ("fixed", "dynamic")
 LR_SCHEDULES = ("constant", "cosine")
 FAIL_MODES = ("raise", "hang")
+BAD_IMAGES = ("stop", "set_aside")
+ARCH_NAMES = tuple(ARCHS)                  # what helpers.models.build_model builds
+STEMS = ("imagenet", "small")              # helpers.models.ResNet's stems
+CONV_IMPLS = ("auto", "native", "im2col")
+AMP_LEVELS = ("O0", "O1", "O2", "O3")
+# comm_fusion: communication type -> its fusion modes (mindspore/parallel/_auto_parallel_context.py, 2.10:
+# _set_allreduce_comm_fusion takes auto/size/index, _set_allgather_comm_fusion auto/size for both others)
+FUSION_MODES = {"allreduce": ("auto", "size", "index"), "allgather": ("auto", "size"),
+                "reducescatter": ("auto", "size")}
+INT_FIELDS = ("steps", "global_batch", "world_size", "accumulation_steps", "image_size", "seed", "dataset_workers",
+              "threads_per_rank", "node_rank", "master_port", "profile_skip_steps", "fail_step")
+OPTIONAL_INT_FIELDS = ("micro_batch", "local_world_size", "lr_batch", "mem_cap_mb", "fail_rank")
+SECONDS_FIELDS = ("timeout_s", "stall_s", "compile_stall_s")
 
 
 @dataclass(frozen=True)
@@ -88,6 +103,8 @@ class JobConfig:
     fail_rank: int | None = None
     fail_step: int = 0
     fail_mode: str = "raise"
+    # corrupt image files found before launch: "stop" names them and refuses, "set_aside" moves them out of the split
+    bad_images: str = "stop"
 
     @property
     def batch_per_rank(self) -> int:
@@ -107,66 +124,18 @@ class JobConfig:
         return self.world_size if self.local_world_size is None else self.local_world_size
 
     def validate(self) -> "JobConfig":
-        def bad(fld, msg):
-            raise ConfigError(f"{fld}: {msg} (got {getattr(self, fld)!r})")
-
-        if self.device_target not in DEVICE_TARGETS:
-            bad("device_target", f"must be one of {DEVICE_TARGETS}")
-        if self.task not in TASKS:
-            bad("task", f"must be one of {TASKS}")
-        if self.conv_impl not in ("auto", "native", "im2col"):
-            bad("conv_impl", "must be 'auto', 'native' or 'im2col'")
-        if self.sampler not in SAMPLERS:
-            bad("sampler", f"must be one of {SAMPLERS}")
-        if self.world_size < 1:
-            bad("world_size", "must be at least 1")
-        if not 1 <= self.local_workers <= self.world_size:
-            bad("local_world_size", "must be between 1 and world_size")
-        if self.global_batch < 1 or self.global_batch % self.world_size:
-            bad("global_batch", f"must be a positive multiple of world_size={self.world_size}")
-        if self.accumulation_steps < 1:
-            bad("accumulation_steps", "must be at least 1")
-        if self.micro_batch_size * self.accumulation_steps != self.batch_per_rank:
-            bad("micro_batch", f"micro_batch x accumulation_steps must equal the per-rank batch "
-                               f"{self.batch_per_rank} (global_batch {self.global_batch} / {self.world_size} ranks); "
-                               f"accumulation_steps={self.accumulation_steps}")
-        if self.accumulation_steps > 1 and self.amp_level != "O0":
-            bad("amp_level", "gradient accumulation (helpers.accumulate) runs in float32: its micro-steps apply no "
-                             "loss scale, so use amp_level='O0' with accumulation_steps > 1")
-        if self.mem_cap_mb is not None and self.mem_cap_mb < 64:
-            bad("mem_cap_mb", "must be at least 64 MB")
-        if self.steps < 1:
-            bad("steps", "must be at least 1")
-        if self.width <= 0:
-            bad("width", "must be positive")
-        if self.image_size < 8:
-            bad("image_size", "must be at least 8 pixels")
-        if self.timeout_s <= 0:
-            bad("timeout_s", "must be positive")
-        if self.amp_level not in ("O0", "O1", "O2", "O3"):
-            bad("amp_level", "must be one of 'O0', 'O1', 'O2', 'O3'")
-        if self.loss_scale not in LOSS_SCALES:
-            bad("loss_scale", f"must be one of {LOSS_SCALES}")
-        if self.lr_schedule not in LR_SCHEDULES:
-            bad("lr_schedule", f"must be one of {LR_SCHEDULES}")
-        if self.lr_batch is not None and self.lr_batch < 1:
-            bad("lr_batch", "must be a positive number of images or None")
-        if not 0.0 <= self.warmup_fraction < 1.0:
-            bad("warmup_fraction", "must be in [0, 1)")
-        if not 0.0 <= self.label_smoothing < 1.0:
-            bad("label_smoothing", "must be in [0, 1)")
-        if not isinstance(self.grad_reduce, bool) or not isinstance(self.cell_comm_fusion, bool):
-            bad("grad_reduce" if not isinstance(self.grad_reduce, bool) else "cell_comm_fusion", "must be a boolean")
-        if self.profile and self.steps <= self.profile_skip_steps:
-            bad("steps", f"must exceed profile_skip_steps={self.profile_skip_steps} to profile anything")
-        if self.num_classes is not None and (isinstance(self.num_classes, bool) or not isinstance(self.num_classes, int) or self.num_classes < 1):
-            bad("num_classes", "must be a positive int or None")
-        if self.fail_mode not in FAIL_MODES:
-            bad("fail_mode", f"must be one of {FAIL_MODES}")
-        if not 0 < self.stall_s <= self.compile_stall_s:
-            bad("stall_s", f"must be positive and at most compile_stall_s={self.compile_stall_s}")
-        if self.fail_rank is not None and not 0 <= self.fail_rank < self.world_size:
-            bad("fail_rank", "must be a rank of the job")
+        """``self`` if every field is acceptable; else one ``ConfigError`` with a line per bad field
+        (``<field>: <what is accepted> (got <value>)``); its ``fields`` and ``problems`` hold the lists."""
+        bad = _Problems(self)
+        for check in (_check_types, _check_choices, _check_sizes, _check_training, _check_placement):
+            check(self, bad)
+        comm = comm_fusion_problem(self.comm_fusion)
+        if comm:
+            bad("comm_fusion", comm)
+        if bad.lines:
+            err = ConfigError("\n".join(bad.lines.values()))
+            err.fields, err.problems = list(bad.lines), list(bad.lines.values())
+            raise err
         return self
 
     def replace(self, **changes) -> "JobConfig":
@@ -188,6 +157,155 @@ class JobConfig:
         if unknown:
             raise ConfigError(f"{path}: unknown config fields {unknown}")
         return cls(**data).validate()
+
+
+# ------------------------------------------------------------------------------- the checks of validate()
+
+
+class _Problems:
+    """Bad fields in check order, one line each (a field's first problem wins); ``ok`` says a field is clean."""
+
+    def __init__(self, cfg):
+        self.cfg, self.lines = cfg, {}
+
+    def __call__(self, fld, msg):
+        self.lines.setdefault(fld, f"{fld}: {msg} (got {getattr(self.cfg, fld)!r})")
+
+    def ok(self, *flds) -> bool:
+        return not any(f in self.lines for f in flds)
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_types(c: JobConfig, bad: _Problems) -> None:
+    for f in INT_FIELDS:
+        if not _is_int(getattr(c, f)):
+            bad(f, "must be a whole number (an int; not a float such as 2.5 or 64.0, not a bool)")
+    for f in OPTIONAL_INT_FIELDS:
+        if getattr(c, f) is not None and not _is_int(getattr(c, f)):
+            bad(f, "must be an int (not a float or bool) or None")
+    for f in SECONDS_FIELDS:
+        v = getattr(c, f)
+        if not (_is_number(v) and math.isfinite(v) and v > 0):
+            bad(f, "must be positive and finite: a number of seconds (not NaN, inf or a bool)")
+    for f in ("grad_reduce", "cell_comm_fusion"):
+        if not isinstance(getattr(c, f), bool):
+            bad(f, "must be a boolean")
+
+
+def _check_choices(c: JobConfig, bad: _Problems) -> None:
+    choices = (("device_target", DEVICE_TARGETS), ("task", TASKS), ("conv_impl", CONV_IMPLS),
+               ("sampler", SAMPLERS), ("arch", ARCH_NAMES), ("stem", STEMS), ("amp_level", AMP_LEVELS),
+               ("loss_scale", LOSS_SCALES), ("lr_schedule", LR_SCHEDULES), ("fail_mode", FAIL_MODES),
+               ("bad_images", BAD_IMAGES))
+    worded = {"conv_impl": "must be 'auto', 'native' or 'im2col'",           # the messages these had before
+              "amp_level": "must be one of 'O0', 'O1', 'O2', 'O3'"}
+    for f, allowed in choices:
+        if not (isinstance(getattr(c, f), str) and getattr(c, f) in allowed):
+            bad(f, worded.get(f, f"must be one of {allowed}"))
+
+
+def _check_sizes(c: JobConfig, bad: _Problems) -> None:
+    """Ranks, batch, micro-batch and accumulation: the numbers that must fit together."""
+    if bad.ok("world_size") and c.world_size < 1:
+        bad("world_size", "must be at least 1")
+    if bad.ok("world_size", "local_world_size"):
+        if not 1 <= c.local_workers <= c.world_size:
+            bad("local_world_size", "must be between 1 and world_size")
+        elif c.world_size % c.local_workers:
+            bad("local_world_size", f"must divide world_size={c.world_size} (every node runs as many ranks)")
+    if bad.ok("world_size", "global_batch") and (c.global_batch < 1 or c.global_batch % c.world_size):
+        bad("global_batch", f"must be a positive multiple of world_size={c.world_size}")
+    if bad.ok("accumulation_steps") and c.accumulation_steps < 1:
+        bad("accumulation_steps", "must be at least 1")
+    if bad.ok("world_size", "global_batch", "accumulation_steps", "micro_batch") \
+            and c.micro_batch_size * c.accumulation_steps != c.batch_per_rank:
+        bad("micro_batch", f"micro_batch x accumulation_steps must equal the per-rank batch "
+                           f"{c.batch_per_rank} (global_batch {c.global_batch} / {c.world_size} ranks); "
+                           f"accumulation_steps={c.accumulation_steps}")
+    if bad.ok("accumulation_steps") and c.accumulation_steps > 1 and c.amp_level != "O0":
+        bad("amp_level", "gradient accumulation (helpers.accumulate) runs in float32: its micro-steps apply no "
+                         "loss scale, so use amp_level='O0' with accumulation_steps > 1")
+    if bad.ok("mem_cap_mb") and c.mem_cap_mb is not None and c.mem_cap_mb < 64:
+        bad("mem_cap_mb", "must be at least 64 MB")
+    if bad.ok("image_size") and c.image_size < 8:
+        bad("image_size", "must be at least 8 pixels")
+    if not (_is_number(c.width) and c.width > 0):
+        bad("width", "must be positive")
+    if c.num_classes is not None and (not _is_int(c.num_classes) or c.num_classes < 1):
+        bad("num_classes", "must be a positive int or None")
+
+
+def _check_training(c: JobConfig, bad: _Problems) -> None:
+    """Steps, learning-rate schedule and profiling."""
+    if bad.ok("steps") and c.steps < 1:
+        bad("steps", "must be at least 1")
+    if bad.ok("lr_batch") and c.lr_batch is not None and c.lr_batch < 1:
+        bad("lr_batch", "must be a positive number of images or None")
+    for f in ("warmup_fraction", "label_smoothing"):
+        if not (_is_number(getattr(c, f)) and 0.0 <= getattr(c, f) < 1.0):
+            bad(f, "must be in [0, 1)")
+    if bad.ok("profile_skip_steps") and c.profile_skip_steps < 0:
+        bad("profile_skip_steps", "must be at least 0")
+    if c.profile and bad.ok("steps", "profile_skip_steps") and c.steps <= c.profile_skip_steps:
+        bad("steps", f"must exceed profile_skip_steps={c.profile_skip_steps} to profile anything")
+
+
+def _check_placement(c: JobConfig, bad: _Problems) -> None:
+    """Nodes, ports, threads and workers, the watchdog's times, the failure test hook."""
+    if bad.ok("world_size", "local_world_size", "node_rank"):
+        nodes = c.world_size // c.local_workers
+        if not 0 <= c.node_rank < nodes:
+            bad("node_rank", f"must be in 0..{nodes - 1}: the job has {nodes} node(s) "
+                             f"(world_size {c.world_size} / {c.local_workers} ranks per node)")
+    if bad.ok("master_port") and not (c.master_port == 0 or 1024 <= c.master_port <= 65535):
+        bad("master_port", "must be 0 (the launcher picks a free port) or a port in 1024..65535")
+    for f in ("threads_per_rank", "dataset_workers"):
+        if bad.ok(f) and getattr(c, f) < 1:
+            bad(f, "must be at least 1")
+    if bad.ok("stall_s", "compile_stall_s") and not 0 < c.stall_s <= c.compile_stall_s:
+        bad("stall_s", f"must be positive and at most compile_stall_s={c.compile_stall_s}")
+    if bad.ok("fail_rank", "world_size") and c.fail_rank is not None and not 0 <= c.fail_rank < c.world_size:
+        bad("fail_rank", "must be a rank of the job")
+
+
+def comm_fusion_problem(value) -> str | None:
+    """What is wrong with a ``set_auto_parallel_context(comm_fusion=...)`` value, or None if MindSpore takes it.
+
+    None or {}; else ``{type: {"mode": m, "config": c}}`` with types and modes of ``FUSION_MODES`` ("size":
+    threshold in MB, an int > 0; "index": ascending distinct ints; "auto": config unused, None), and
+    optionally ``"openstate": bool`` (MindSpore's switch for all fusion)."""
+    accepted = ('None, {} or {"allreduce"|"allgather"|"reducescatter": {"mode": ..., "config": ...}}: modes '
+                + "; ".join(f"{k} {'/'.join(m)}" for k, m in FUSION_MODES.items())
+                + '; "size" config an int > 0 (MB), "index" config a non-empty ascending list of distinct ints')
+    if value is None or value == {}:
+        return None
+    if not isinstance(value, dict):
+        return f"must be {accepted}"
+    for kind, spec in value.items():
+        if kind == "openstate":
+            if not isinstance(spec, bool):
+                return f'"openstate" must be a bool; {accepted}'
+            continue
+        if kind not in FUSION_MODES:
+            return f"unknown communication type {kind!r}; must be {accepted}"
+        if not isinstance(spec, dict) or set(spec) != {"mode", "config"}:
+            return f'{kind} must be a dict with exactly the keys "mode" and "config"; {accepted}'
+        mode, conf = spec["mode"], spec["config"]
+        if mode not in FUSION_MODES[kind]:
+            return f"{kind} mode must be one of {FUSION_MODES[kind]}; {accepted}"
+        if mode == "size" and not (_is_int(conf) and conf > 0):
+            return f'{kind} mode "size" needs config = a threshold in MB, an int > 0; {accepted}'
+        if mode == "index" and not (isinstance(conf, list) and conf and all(_is_int(i) for i in conf)
+                                    and conf == sorted(set(conf))):
+            return f'{kind} mode "index" needs config = a non-empty ascending list of distinct ints; {accepted}'
+    return None
 
 
 # Presets are data: a name maps to field values. 'ci' runs in seconds on 2 cores, 'cpu' in minutes,

@@ -32,6 +32,7 @@ from helpers.errors import ConfigError, JobFailed
 from helpers.metrics import MetricsTail, metrics_path, read_records
 from helpers.paths import code_root, new_run_dir, resolve
 from helpers.progress import make_progress
+from helpers.input_checks import check_job_inputs
 from helpers.job_registry import register, reap_orphans, unregister
 from helpers.job_watch import JobWatch, Verdict, log_tail
 from helpers.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV, process_start
@@ -352,6 +353,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     cards it may see); by default a single local msrun starts every rank.
     """
     cfg = cfg.validate()
+    check_job_inputs(cfg)                 # strategy_file / init_checkpoint exist and fit this model
     if cfg.task == "train":
         from helpers.data import prepare_data
 
