@@ -1,0 +1,44 @@
+"""The rank guard records how its worker ended and ends it when the launcher is gone (real processes, no msrun)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from helpers.config import JobConfig
+from helpers.job_watch import exit_text
+from helpers.rank_guard import exit_record_path, process_start, signal_name
+
+
+def guard(tmp_path, **env):
+    cfg = JobConfig(name="guard", world_size=1, global_batch=8).save(tmp_path / "config.json")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_", "COURSE_LAUNCHER"))}
+    return subprocess.run([sys.executable, "-m", "helpers.rank_guard", str(cfg)], env={**clean, **env},
+                          capture_output=True, timeout=120)
+
+
+def test_signal_names():
+    assert signal_name(-9) == "SIGKILL" and signal_name(-11) == "SIGSEGV" and signal_name(1) is None
+
+
+def test_a_worker_that_fails_leaves_an_exit_record_with_its_code(tmp_path):
+    done = guard(tmp_path, RANK_ID="0")           # no msrun around it: init() fails
+    rec = json.loads(exit_record_path(tmp_path, "0").read_text())
+    assert done.returncode == rec["returncode"] != 0 and rec["signal"] is None and rec["reason"] == "exited"
+    assert exit_text(rec)[0] == "crash"
+
+
+def test_the_guard_ends_its_worker_when_the_launcher_is_gone(tmp_path):
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(gone.pid)
+    gone.wait()
+    done = guard(tmp_path, RANK_ID="2", COURSE_LAUNCHER_PID=str(gone.pid), COURSE_LAUNCHER_START=repr(start))
+    rec = json.loads(exit_record_path(tmp_path, "2").read_text())
+    assert rec["reason"] == "launcher_gone" and rec["signal"] == "SIGKILL"
+    assert done.returncode == 128 + 9
+    assert exit_text(rec)[0] == "interrupted"
+
+
+def test_sigkill_is_reported_with_the_oom_killer_hint():
+    kind, text = exit_text({"signal": "SIGKILL", "returncode": -9, "reason": "exited"})
+    assert kind == "killed" and "out-of-memory killer" in text and "dmesg" in text
