@@ -153,11 +153,19 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
     return env
 
 
+def graph_classes(cfg: JobConfig) -> int | None:
+    """The classifier's size the worker will build (``num_classes``, else the train split's class folders)."""
+    try:
+        return cfg.num_classes or sum(1 for e in os.scandir(resolve(cfg.data_dir) / "train") if e.is_dir())
+    except OSError:
+        return None
+
+
 def compile_cache_dir(cfg: JobConfig) -> Path:
     """One cache folder per graph-shaping part of the config, so different jobs never overwrite each other."""
     import hashlib
 
-    key = json.dumps([cfg.task, cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
+    key = json.dumps([graph_classes(cfg), cfg.task, cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
                       cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion, cfg.micro_batch_size,
                       cfg.accumulation_steps, cfg.amp_level, cfg.grad_reduce, cfg.cell_comm_fusion,
                       cfg.strategy_file, cfg.num_classes, cfg.loss_scale, cfg.label_smoothing, cfg.lr_schedule,

@@ -131,3 +131,16 @@ def test_bind_cores_pins_local_rank_r_to_core_r_mod_cores(tmp_path, monkeypatch)
         assert not any(a.startswith("--bind_core") for a in msrun_command(no_pin, tmp_path, tmp_path))
     monkeypatch.setattr(os, "cpu_count", lambda: 64)   # a big shared server: leave placement to the OS
     assert not any(a.startswith("--bind_core") for a in msrun_command(cfg, tmp_path, tmp_path))
+
+
+def test_the_compile_cache_is_keyed_by_the_classifier_size(tmp_path):
+    # a 4-class job and a 10-class job with otherwise equal settings once shared a cached graph (a label-range crash)
+    from helpers.config import job_config
+    from helpers.launch import compile_cache_dir
+
+    for n in (4, 10):
+        for c in range(n):
+            (tmp_path / f"d{n}" / "train" / f"c{c}").mkdir(parents=True)
+    four, ten = (job_config("ci", data_dir=str(tmp_path / f"d{n}")) for n in (4, 10))
+    assert compile_cache_dir(four) != compile_cache_dir(ten)
+    assert compile_cache_dir(four) != compile_cache_dir(four.replace(num_classes=10))
