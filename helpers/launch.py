@@ -371,7 +371,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
 
         cfg = cfg.replace(conv_impl=resolve_conv_impl(cfg)[0])
     msrun = find_msrun()
-    for left in reap_orphans(end_orphan_job):
+    for left in (x for x in reap_orphans(end_orphan_job) if x["processes"]):
         log.warning("ended %d processes of a job whose launcher had died: %s", left["processes"], left["run_dir"])
         print(f"note: ended {left['processes']} processes left by a job whose launcher died ({left['run_dir']})")
     run_dir = new_run_dir(cfg.chapter, cfg.name, run_root)
