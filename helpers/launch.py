@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 JOB_ID_ENV = "COURSE_JOB_ID"
 POLL_S = 0.5
 GRACE_S = 8.0           # after SIGINT, how long msrun gets to stop its workers before the sweep
+FAIL_GRACE_S = 2.0      # a failed job: how long msrun gets to stop its workers before the sweep
 FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise before the job is ended
 
 
@@ -310,8 +311,10 @@ def start_msrun(cfg: JobConfig, spec: dict, i: int, n: int, run_dir: Path, confi
 
 
 def fail(procs, job_id: str, bar, run_dir: Path, verdict, cfg: JobConfig):
-    """End the job and raise its ``JobFailed`` (with the blamed rank's log, or msrun's)."""
-    stop_job(procs, job_id)
+    """End the job and raise its ``JobFailed`` (with the blamed rank's log, or msrun's).
+
+    A failed job gets a short grace: its records are already on disk, and a hung rank would not stop anyway."""
+    stop_job(procs, job_id, grace_s=FAIL_GRACE_S)
     message = verdict.message + (oom_hint(cfg) if verdict.kind == "oom" else "")
     bar.close(f"{verdict.kind}" + (f" on rank {verdict.rank}" if verdict.rank is not None else ""))
     raise JobFailed(verdict.kind, message, verdict.rank, log_tail(run_dir, verdict.rank), str(run_dir))
