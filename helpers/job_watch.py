@@ -165,6 +165,9 @@ class JobWatch:
         for r, rec in self.rank_exits().items():
             events[r] = min(events.get(r, rec["time"]), rec["time"])
         first_time = min(events.values(), default=time.time())
+        first = min(events, key=events.get) if events else None
+        if first in self.failures and self.failures[first]["time"] <= events[first]:
+            return Verdict(self.failures[first]["kind"], first, self.failures[first]["error"])   # a Python error came first
         beats = {r: read_beat(self.run_dir, r) for r in self.progress}
         stopped = frozen_before(self.progress, beats, first_time)
         if stopped:
@@ -176,9 +179,7 @@ class JobWatch:
             return Verdict("crash", None, f"msrun's scheduler exited (code {sched['returncode']}) before any worker "
                            "started: see the scheduler's log below")
         if events:
-            r = min(events, key=events.get)
-            if r in self.failures and self.failures[r]["time"] <= events[r]:
-                return Verdict(self.failures[r]["kind"], r, self.failures[r]["error"])
+            r = first
             kind, message = exit_text(self.rank_exits()[r])
             return Verdict(failure_kind(self._tail(r)) if kind == "crash" else kind, r, f"rank {r} {message}")
         return self._without_records()
