@@ -5,7 +5,10 @@
     from helpers.memory import plan_accumulation
     plan_accumulation("resnet50", 2048, 8, 16)      # -> (128, 2)
 
-128 images per micro-step, 2 micro-steps per optimizer step (the largest divisor of 256 that fits).
+128 images per micro-step, 2 micro-steps per optimizer step: the largest micro-batch that divides 256 and
+fits (~11.2 GiB; 256 would need ~21.9 GiB), i.e. the fewest accumulation steps. Smaller splits such as
+(64, 4) fit too but are not the answer: they run more, smaller micro-steps and give BatchNorm fewer
+images. micro x steps is the per-card batch 256, not the global 2048.
 """
 
 MICRO_BATCH_AND_STEPS = (128, 2)

@@ -4,7 +4,7 @@
    class rows of (2048 weights + 1 bias), float32: 25000 * 2049 * 4 = 204,900,000 bytes (~195 MiB),
    instead of 819,600,000 bytes for the whole layer.
 2. Rank r sits at (dp, mp) = divmod(r, 4); rank 5 is (1, 1). The same slice (mp index 1) is on ranks 1
-   and 5: they average its gradient.
+   and 5: they average its gradient. A tuple of ints, rank 5 included (any order).
 """
 
 LAYOUT_AND_BYTES = ("2x4", 204_900_000)
