@@ -154,6 +154,17 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
     return env
 
 
+def code_fingerprint() -> str:
+    """A hash of the helpers' source: MindSpore's compile cache checks only the entry script, so a graph
+    cached before an edit to the model code would be loaded (and fail, or train the old model) after it."""
+    import hashlib
+
+    h = hashlib.sha1()
+    for path in sorted((code_root() / "helpers").rglob("*.py")):
+        h.update(path.read_bytes())
+    return h.hexdigest()[:12]
+
+
 def graph_classes(cfg: JobConfig) -> int | None:
     """The classifier's size the worker will build (``num_classes``, else the train split's class folders)."""
     try:
@@ -166,7 +177,7 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
     """One cache folder per graph-shaping part of the config, so different jobs never overwrite each other."""
     import hashlib
 
-    key = json.dumps([graph_classes(cfg), cfg.task, cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
+    key = json.dumps([code_fingerprint(), graph_classes(cfg), cfg.task, cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
                       cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion, cfg.micro_batch_size,
                       cfg.accumulation_steps, cfg.amp_level, cfg.grad_reduce, cfg.cell_comm_fusion,
                       cfg.strategy_file, cfg.num_classes, cfg.loss_scale, cfg.label_smoothing, cfg.lr_schedule,

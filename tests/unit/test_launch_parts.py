@@ -144,3 +144,14 @@ def test_the_compile_cache_is_keyed_by_the_classifier_size(tmp_path):
     four, ten = (job_config("ci", data_dir=str(tmp_path / f"d{n}")) for n in (4, 10))
     assert compile_cache_dir(four) != compile_cache_dir(ten)
     assert compile_cache_dir(four) != compile_cache_dir(four.replace(num_classes=10))
+
+
+def test_the_compile_cache_follows_the_helpers_source(monkeypatch):
+    # MindSpore's cache checks only the entry script: an edit to the model code must not load an old graph
+    import helpers.launch as L
+    from helpers.config import job_config
+
+    cfg = job_config("ci")
+    before = L.compile_cache_dir(cfg)
+    monkeypatch.setattr(L, "code_fingerprint", lambda: "edited")
+    assert L.compile_cache_dir(cfg) != before
