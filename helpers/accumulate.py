@@ -1,4 +1,4 @@
-"""Gradient accumulation that is really equivalent to the big batch, for DATA_PARALLEL in GRAPH_MODE.
+"""Gradient accumulation equivalent to the big batch (exactly without BatchNorm), for DATA_PARALLEL in GRAPH_MODE.
 
 K micro-steps each compute the gradient of the *mean* loss of a micro-batch, scaled by ``1/K`` (the scale
 is the backward pass's initial gradient, so it costs no extra kernel), and add it into zero-initialised
@@ -15,7 +15,7 @@ that is not needed: no per-parameter rescaling kernels, no copies of the buffers
 (auto-monad orders the reads before the zeroing), and a single host synchronisation per optimizer step.
 The two graphs are compiled once; the reducer is the same ``nn.DistributedGradReducer`` that
 ``TrainOneStepCell`` uses, so ``comm_fusion`` fuses its AllReduces the same way (checked in the IR: one
-fused AllReduce with ``comm_fusion={"allreduce": {"mode": "auto"}}``).
+fused AllReduce with ``comm_fusion={"allreduce": {"mode": "auto", "config": None}}``).
 
 Why not MindSpore's own cells: ``Model`` has no accumulation argument, and ``nn.GradAccumulationCell`` /
 ``parallel.nn.GradAccumulation`` (pipeline-parallel tools) sum the micro-batch losses, so their gradient

@@ -17,7 +17,10 @@ Two networks: a small convolutional net without BatchNorm, where accumulation mu
 rounding, and the course's ResNet with BatchNorm, where it cannot: in training mode BatchNorm normalises
 each micro-batch with that micro-batch's mean and variance, so the K micro-batch losses are different
 functions of the weights from the full batch's loss (not a rounding effect; it shrinks as micro-batches
-grow). The built-in cells add up the K micro-batch losses (each already a mean), so their gradient is K
+grow). The same ResNet is then checked once more with its BatchNorm frozen (``use_batch_statistics=False``:
+it normalises with the running statistics the previous steps left, as in eval mode, while the weights
+still train): the normalisation no longer depends on which images share a micro-batch, so accumulation
+must match to float rounding again. That isolates the cause on the very network that showed the gap. The built-in cells add up the K micro-batch losses (each already a mean), so their gradient is K
 times the mean gradient; ``builtin_ratio`` measures that factor as the projection of their gradient on the
 true one.
 
@@ -62,6 +65,19 @@ class CaptureGrads(nn.Optimizer):
 
     def values(self) -> list[np.ndarray]:
         return [p.asnumpy().astype(np.float64) for p in self.captured]
+
+
+def freeze_batchnorm(net) -> int:
+    """Make every BatchNorm of ``net`` normalise with its running statistics, also in training mode
+    (``use_batch_statistics=False``; the running statistics are then not updated). Returns how many."""
+    from mindspore.nn.layer.normalization import _BatchNorm
+
+    n = 0
+    for _, cell in net.cells_and_names():
+        if isinstance(cell, _BatchNorm):
+            cell.use_batch_statistics = False
+            n += 1
+    return n
 
 
 def _loss_cell(net):
@@ -145,6 +161,9 @@ def check(build_bn_net, images, labels, k: int, seed: int = 1, builtin: bool = T
         ms.set_seed(seed)
         bn_net = build_bn_net()
         out["bn"] = compare(full_batch_grads(bn_net, x, y), accumulated_grads(bn_net, x, y, k))
+        # the same ResNet, same weights, BatchNorm frozen at the running statistics those 1 + k steps left
+        out["bn_frozen_layers"] = freeze_batchnorm(bn_net)
+        out["bn_frozen"] = compare(full_batch_grads(bn_net, x, y), accumulated_grads(bn_net, x, y, k))
     return out
 
 
@@ -177,6 +196,11 @@ def flat_summary(result: dict) -> dict:
         bn = result["bn"]
         rec.update(grad_max_abs_diff_bn=bn["max_abs_diff"], grad_max_rel_diff_bn=bn["max_rel_diff"],
                    grad_max_abs_bn=bn["max_abs_grad"], grad_cosine_bn=bn["cosine"])
+    if "bn_frozen" in result:
+        fr = result["bn_frozen"]
+        rec.update(grad_max_abs_diff_bn_frozen=fr["max_abs_diff"], grad_max_rel_diff_bn_frozen=fr["max_rel_diff"],
+                   grad_max_abs_bn_frozen=fr["max_abs_grad"], grad_cosine_bn_frozen=fr["cosine"],
+                   bn_frozen_layers=result["bn_frozen_layers"])
     for which, r in result["builtin"].items():
         key = which.replace("parallel.nn.", "parallel_").replace("nn.", "nn_")
         if "error" in r:

@@ -42,7 +42,9 @@ measured to use *more* memory than fp32.
 What is not counted: framework-specific reuse or fragmentation, cuDNN algorithm workspaces, data-loader
 buffers, communication buffers. Compare the activation slope (bytes per image of batch), which is what the
 model decides, rather than absolute totals. On CPU (MindSpore 2.10, GRAPH_MODE) the measured RSS slope of
-a native-convolution step matched ``activation_bytes_per_image`` closely, while an im2col step measured
+a native-convolution step matched ``activation_bytes_per_image`` closely on an AVX2 CPU; on AVX-512 CPUs
+oneDNN's composite NCHW convolution also books NHWC copies of each convolution's input and output
+(``onednn_ncsp_copy_bytes_per_image``: with them the chapter 02 sweep is matched again), while an im2col step measured
 several times more: the backward of ``ops.matmul`` also transposes the columns for the weight gradient
 (MindSpore's CPU Transpose is memory-hungry) and the dataflow runtime starts such work early. That is
 the implementation's cost, not the model's; the planner does not guess it, the chapter measures it.
@@ -89,6 +91,9 @@ class LayerRow:
     saved_elements: int
     workspace_elements: int
     saved: str
+    kernel: int = 0      # convolutions: kernel size, stride and input elements per image (0 elsewhere)
+    stride: int = 0
+    in_elements: int = 0
 
     @property
     def stage(self) -> str:
@@ -200,7 +205,8 @@ class _Walker:
         else:
             saved, what, work = 0, "input (kept by its producer)", grads
         self.add(name=name, block=block, kind="conv", out_shape=(cout, ho, wo), params=weight, buffers=0,
-                 saved_elements=saved, workspace_elements=work, saved=what)
+                 saved_elements=saved, workspace_elements=work, saved=what, kernel=k, stride=s,
+                 in_elements=cin * h * w)
         return cout, ho, wo
 
     def bn(self, name, block, c, h, w):
@@ -429,6 +435,63 @@ def forward_feature_bytes_per_image(arch: str, image_size: int = 224, bytes_per_
             n *= d
         total += n
     return total * bytes_per_value
+
+
+def onednn_ncsp_copy_bytes_per_image(arch: str, image_size: int = 224, num_classes: int = 1000,
+                                     width: float = 1.0, stem: str = "imagenet", composite_passes: int = 1,
+                                     bytes_per_value: int = 4) -> int:
+    """Bytes per image that oneDNN's composite plain-layout convolution books beyond what the planner counts.
+
+    On CPUs with AVX-512 oneDNN runs an f32 convolution on plain NCHW tensors (MindSpore's layout) as
+    ``jit_uni_ncsp`` (verbose name ``jit_uni_ncsp:conv+ref``): it reorders the source to NHWC, runs an NHWC
+    convolution, and reorders the result back, so its scratchpad books one NHWC copy of the source and one of
+    the destination (``key_conv_ncsp_src`` / ``key_conv_ncsp_dst`` in oneDNN's ``jit_uni_ncsp_convolution.cpp``;
+    backward data books ``key_conv_ncsp_diff_dst`` / ``key_conv_ncsp_diff_src``, the same sizes, and backward
+    weights, when it runs the composite, source and output gradient). A 1x1, stride-1 unpadded convolution is
+    run as a matmul instead, with no copies. This sums
+    ``in + out`` elements over every other convolution, times ``composite_passes`` (how many of the
+    forward / backward-data / backward-weights passes ran the composite kernel): the growth per image if the
+    copies of every convolution were alive at the step's peak. An upper-bound model, to compare with a
+    measured slope, not a planner term (an AVX2 CPU runs a direct NCHW kernel with no such copies).
+    """
+    rows = layer_walk(arch, image_size, num_classes, width, stem)
+    per_pass = sum(r.in_elements + r.out_shape[0] * r.out_shape[1] * r.out_shape[2]
+                   for r in rows if r.kind == "conv" and not (r.kernel == 1 and r.stride == 1))
+    return int(per_pass) * int(composite_passes) * int(bytes_per_value)
+
+
+def keep_scenarios(arch: str = "resnet152", image_size: int = 224, batch: int = 64,
+                   target_gib: float = 35.0) -> list[dict]:
+    """What per-card memory a training step needs under different accounts of what it keeps (fp32, Momentum,
+    1,000 classes), to settle a published "needs more than ``target_gib``" claim: the planner's minimum,
+    the planner plus every BatchNorm output kept (what MXNet's measured slope implies), and no reuse of
+    backward workspaces (every layer's transient alive at once); each at ``batch`` and at twice it, with
+    the smallest batch that exceeds ``target_gib`` under each account."""
+    est = estimate(arch, batch, image_size)
+    per_image = {
+        "planner (what backward must keep)": est.activation_bytes_per_image + est.workspace_bytes / batch,
+        "planner + every BatchNorm output kept": est.activation_bytes_per_image + est.workspace_bytes / batch
+        + sum(r.saved_elements for r in est.layers if r.kind == "bn") * PRECISIONS["fp32"][0],
+        "planner + no reuse of backward workspaces": est.activation_bytes_per_image
+        + sum(r.workspace_elements for r in est.layers) * PRECISIONS["fp32"][0],
+    }
+    rows = []
+    for what, b_img in per_image.items():
+        at = {b: (est.model_state_bytes + b_img * b) / GIB for b in (batch, 2 * batch)}
+        first_over = int((target_gib * GIB - est.model_state_bytes) // b_img) + 1
+        rows.append({"account": what, "mib_per_image": b_img / 2 ** 20, "gib_at_batch": at[batch],
+                     "gib_at_double_batch": at[2 * batch], "batch_over_target": first_over,
+                     "batch": batch, "target_gib": target_gib, "arch": arch, "image_size": image_size})
+    pub = PUBLISHED["mxnet_finetuner_titanx"]
+    if arch in pub["mib"] and image_size == pub["image_size"]:
+        slope = published_slope_mib_per_image(arch)
+        b0, m0 = pub["batches"][0], pub["mib"][arch][0]
+        at = {b: (m0 + slope * (b - b0)) / 1024 for b in (batch, 2 * batch)}
+        rows.append({"account": "MXNet measured (TITAN X), extrapolated", "mib_per_image": slope,
+                     "gib_at_batch": at[batch], "gib_at_double_batch": at[2 * batch],
+                     "batch_over_target": int((target_gib * 1024 - m0) // slope) + b0 + 1,
+                     "batch": batch, "target_gib": target_gib, "arch": arch, "image_size": image_size})
+    return rows
 
 
 # ----------------------------------------------------------------------------------- published figures

@@ -117,3 +117,47 @@ def test_onednn_conv_kernels_reads_the_verbose_lines():
              "RESULT {}"]
     assert onednn_conv_kernels(lines) == {"backward_weights": "gemm:jit", "forward_training": "jit_uni_ncsp:conv+ref:any"}
     assert onednn_conv_kernels([]) == {}
+
+
+@pytest.fixture(scope="module")
+def resnet_check():
+    import mindspore as ms
+
+    from helpers.gradcheck import check_local
+
+    ms.set_device("CPU")
+    rng = np.random.default_rng(1)
+    images = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
+    labels = rng.integers(0, 10, 8).astype(np.int32)
+    return check_local(images, labels, k=4, arch="resnet18", width=0.125, stem="small", builtin=False)
+
+
+def test_batchnorm_in_training_mode_breaks_equivalence_and_frozen_batchnorm_restores_it(resnet_check):
+    """Same ResNet, same weights, same micro-batches: only whether BatchNorm uses the micro-batch's statistics
+    differs, so the frozen check isolates the cause of the BatchNorm gap."""
+    bn, frozen = resnet_check["bn"], resnet_check["bn_frozen"]
+    assert resnet_check["bn_frozen_layers"] == 20, "every BatchNorm of ResNet-18: stem, 2 per block x 8, 3 downsamples"
+    assert bn["cosine"] < 0.99 and bn["max_rel_diff"] > 1e-3, "micro-batch statistics: a real difference"
+    assert frozen["elements"] == bn["elements"], "the same network's gradient"
+    assert frozen["max_abs_grad"] > 1e-3
+    assert frozen["max_abs_diff"] <= 1e-6 and frozen["cosine"] == pytest.approx(1.0, abs=1e-9)
+
+
+def test_flat_summary_records_the_frozen_check(resnet_check):
+    from helpers.gradcheck import flat_summary
+
+    rec = flat_summary(resnet_check)
+    assert rec["grad_max_abs_diff_bn_frozen"] == resnet_check["bn_frozen"]["max_abs_diff"]
+    assert rec["grad_cosine_bn_frozen"] == resnet_check["bn_frozen"]["cosine"]
+    assert rec["bn_frozen_layers"] == 20
+
+
+def test_freeze_batchnorm_sets_every_batchnorm_to_running_statistics():
+    from mindspore import nn
+
+    from helpers.gradcheck import freeze_batchnorm, small_net
+
+    net = nn.SequentialCell([nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.BatchNorm2d(4)])
+    assert freeze_batchnorm(net) == 2
+    assert all(c.use_batch_statistics is False for _, c in net.cells_and_names() if isinstance(c, nn.BatchNorm2d))
+    assert freeze_batchnorm(small_net()) == 0

@@ -220,3 +220,41 @@ def test_summary_is_plain_numbers():
     s = estimate("resnet152", 64, 224).summary()
     assert json.loads(json.dumps(s)) == s
     assert s["total_gib"] == pytest.approx(s["total_mib"] / 1024)
+
+
+def test_onednn_ncsp_copies_by_hand():
+    """The composite NCHW convolution books an NHWC copy of input and output of every conv except 1x1 stride 1."""
+    rows = {r.name: r for r in layer_walk("resnet18", 32, 10, 0.25, "small")}
+    assert (rows["stem.conv"].kernel, rows["stem.conv"].stride, rows["stem.conv"].in_elements) == (3, 1, 3 * 32 * 32)
+    assert (rows["layer2.0.down.conv"].kernel, rows["layer2.0.down.conv"].stride) == (1, 2)   # strided 1x1: copies
+    convs = [r for r in rows.values() if r.kind == "conv"]
+    per_pass = sum(r.in_elements + r.out_shape[0] * r.out_shape[1] * r.out_shape[2] for r in convs)
+    one = memory.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small")
+    assert one == per_pass * 4
+    # the stem alone: 3x32x32 in, 16x32x32 out
+    assert rows["stem.conv"].in_elements + 16 * 32 * 32 == 19 * 1024
+    assert memory.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small", composite_passes=2) == 2 * one
+    assert memory.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small", composite_passes=0) == 0
+    # ResNet-50: its 1x1 stride-1 convolutions run as a matmul without copies
+    r50 = layer_walk("resnet50", 64)
+    gemm = [r for r in r50 if r.kind == "conv" and r.kernel == 1 and r.stride == 1]
+    assert gemm and memory.onednn_ncsp_copy_bytes_per_image("resnet50", 64) == 4 * sum(
+        r.in_elements + r.out_shape[0] * r.out_shape[1] * r.out_shape[2]
+        for r in r50 if r.kind == "conv" and r not in gemm)
+
+
+def test_keep_scenarios_settle_the_35_gb_claim():
+    rows = {s["account"]: s for s in memory.keep_scenarios("resnet152", 224, 64, target_gib=35.0)}
+    plan = rows["planner (what backward must keep)"]
+    assert plan["gib_at_batch"] == pytest.approx(estimate("resnet152", 64, 224).total_gib)
+    assert 11 < plan["gib_at_batch"] < 12 and plan["gib_at_batch"] < 35
+    # the first batch over 35 GiB is over it, the one before is not
+    over = plan["batch_over_target"]
+    assert estimate("resnet152", over, 224).total_gib > 35 >= estimate("resnet152", over - 1, 224).total_gib
+    bn = rows["planner + every BatchNorm output kept"]
+    mx = rows["MXNet measured (TITAN X), extrapolated"]
+    assert bn["mib_per_image"] > plan["mib_per_image"]
+    assert bn["gib_at_batch"] == pytest.approx(mx["gib_at_batch"], rel=0.05), "BN outputs kept: MXNet's measured slope"
+    assert rows["planner + no reuse of backward workspaces"]["gib_at_batch"] > 35
+    assert all(r["gib_at_double_batch"] > r["gib_at_batch"] for r in rows.values())
+    assert memory.keep_scenarios(target_gib=28.0)[0]["batch_over_target"] < over

@@ -1,0 +1,221 @@
+"""Chapter 02's conclusions, built from the values the notebook records (``results/02_oom_gradient_accumulation.json``).
+
+``build(r)`` takes that record (a dict) and returns the chapter's claims, each sentence chosen from what was
+measured. Mechanisms (must hold at any scale, asserted by the chapter's test): the full batch fails under the cap
+with kind ``oom`` and the accumulated one fits; accumulation equals the big batch without BatchNorm (float32
+rounding, <= ``TOL``); the same ResNet with BatchNorm frozen matches again, so the BatchNorm gap is its
+micro-batch statistics; MindSpore's built-in cells return K x the mean gradient; the blog's ``Model`` argument does
+not exist. Scale- or machine-dependent figures (memory saved, throughput, the planner's slope on this CPU's oneDNN
+kernels, MindSpore's allocator counters) are observations (``holds=None``) whose text follows the numbers.
+"""
+
+from __future__ import annotations
+
+from helpers.conclusions import Claim, claim
+
+TOL = 1e-5            # float32 rounding over a few hundred thousand summed gradient elements
+COSINE_TOL = 1e-6     # |1 - cosine| for "the same direction" (rounding gives ~1e-12)
+SLOPE_EXPLAINED = 0.25   # planner + composite-kernel copies within 25 % of the measured slope: "explained"
+
+
+def _oom(r: dict) -> Claim:
+    kind = r.get("oom_error_kind")
+    return claim(
+        "full_batch_oom", bool(r["oom_reproduced"]),
+        "Under a cap of {cap} MB of address space per rank, the full batch of {batch} images per rank failed "
+        "with kind `oom`, reported by the launcher as one readable error.",
+        "Under a cap of {cap} MB of address space per rank, the full batch of {batch} images per rank did not "
+        "fail with kind `oom` (it ended with: {kind}).",
+        cap=r["mem_cap_mb"], batch=r["batch_per_rank"], kind=kind or "no failure")
+
+
+def _fits(r: dict) -> Claim:
+    return claim(
+        "accumulated_fits", bool(r["accumulation_succeeded"]),
+        "Under the same cap, {k} micro-batches of {micro} trained on all {ranks} ranks with identical weights, "
+        "{samples} images per rank per update, the same global batch.",
+        "Under the same cap, {k} micro-batches of {micro} did not finish on all {ranks} ranks with identical "
+        "weights.",
+        k=r["accumulation_steps"], micro=r["micro_batch"], ranks=r["world_size"],
+        samples=r["accumulated_samples_per_step"])
+
+
+def _no_bn(r: dict) -> Claim:
+    diff = r["grad_max_abs_diff_no_bn"]
+    same = r["grad_check_same_on_all_ranks"]
+    return claim(
+        "equivalent_without_bn", diff <= TOL and bool(same),
+        "Without BatchNorm one accumulated update is the full-batch update: the gradients differ by at most "
+        "{diff:.1e} (float32 rounding), after the AllReduce, identically on all {ranks} ranks.",
+        "Without BatchNorm the accumulated gradient differs from the full batch's by {diff:.1e} "
+        "(tolerance {tol:.0e}; same on all {ranks} ranks: {same}).",
+        diff=diff, tol=TOL, ranks=r["grad_check_ranks"], same=bool(same))
+
+
+def _bn_cause(r: dict) -> Claim:
+    cos, rel = r["grad_cosine_bn"], r["grad_max_rel_diff_bn"]
+    cos_f, diff_f = r["grad_cosine_bn_frozen"], r["grad_max_abs_diff_bn_frozen"]
+    frozen_ok = diff_f <= TOL and abs(1 - cos_f) <= COSINE_TOL
+    gap = ("differs (cosine {cos:.2f}, largest difference {rel:.0%} of the largest gradient element)"
+           if 1 - cos > COSINE_TOL else "differs only by rounding (cosine {cos:.6f})")
+    return claim(
+        "batchnorm_is_the_cause", frozen_ok,
+        "With BatchNorm in training mode the accumulated gradient of the chapter's ResNet ({arch}) " + gap + "; the same network with its "
+        "{layers} BatchNorm layers frozen at their running statistics matches the full batch again (cosine "
+        "{cos_f:.6f}, max difference {diff_f:.1e}): the gap comes from normalising each micro-batch of {micro} "
+        "with its own statistics.",
+        "With BatchNorm in training mode the accumulated gradient of the chapter's ResNet ({arch}) " + gap + "; with its {layers} "
+        "BatchNorm layers frozen it still differs (cosine {cos_f:.6f}, max difference {diff_f:.1e}), so "
+        "micro-batch statistics are not the whole cause.",
+        arch=r["arch"], cos=cos, rel=rel, cos_f=cos_f, diff_f=diff_f, layers=r["bn_frozen_layers"],
+        micro=r["micro_batch"])
+
+
+def _builtin(r: dict) -> Claim:
+    k, ratio = r["accumulation_steps"], r["builtin_cell_grad_ratio"]
+    par = r.get("builtin_parallel_grad_ratio")
+    ok = abs(ratio - k) <= 1e-3 * k and (par is None or abs(par - k) <= 1e-3 * k)
+    return claim(
+        "builtin_cells_sum", ok,
+        "MindSpore's `nn.GradAccumulationCell` and `parallel.nn.GradAccumulation` (CPU, DATA_PARALLEL) gave "
+        "{ratio:.3f}x and {par}x the mean gradient with {k} micro-batches: they add the micro-batch means "
+        "instead of averaging them.",
+        "MindSpore's built-in accumulation cells gave {ratio:.3f}x and {par}x the mean gradient with {k} "
+        "micro-batches, not the factor {k} they showed before.",
+        ratio=ratio, par="n/a" if par is None else f"{par:.3f}", k=k)
+
+
+def _memory(r: dict) -> Claim:
+    peak, act = r["peak_rss_mb"], r["activation_mb"]
+    ratio = act["accumulated"] / act["full_batch"] if act["full_batch"] else float("nan")
+    return claim(
+        "memory_saved", ratio < 1 and peak["accumulated"] < peak["full_batch"],
+        "Peak RSS per rank fell from {full:.0f} to {acc:.0f} MB; the memory above each rank's pre-training "
+        "baseline fell to {ratio:.2f}x (activations alone would give about 1/{k}; both runs also carry "
+        "compilation leftovers).",
+        "Peak RSS per rank went from {full:.0f} to {acc:.0f} MB and the memory above the pre-training baseline "
+        "to {ratio:.2f}x: accumulation did not lower the peak in this run.",
+        full=peak["full_batch"], acc=peak["accumulated"], ratio=ratio, k=r["accumulation_steps"])
+
+
+def _throughput(r: dict) -> Claim:
+    tp = r["throughput_img_s"]
+    ratio = tp["accumulated"] / tp["full_batch"]
+    if ratio > 1.05:
+        text = ("Accumulation ran at {ratio:.2f}x the full batch's throughput ({acc:.1f} vs {full:.1f} images/s): "
+                "launching {k} micro-step graphs per update cost nothing measurable here; the full batch of {batch} "
+                "({impl} convolution) was the slower job.")
+    elif ratio >= 0.95:
+        text = ("Accumulation ran at {ratio:.2f}x the full batch's throughput ({acc:.1f} vs {full:.1f} images/s): "
+                "micro-batches of {micro} hide the fixed cost of launching {k} micro-step graphs per update.")
+    else:
+        text = ("Accumulation ran at {ratio:.2f}x the full batch's throughput ({acc:.1f} vs {full:.1f} images/s, "
+                "{pct:.0f}% slower): {k} micro-step graphs per update instead of one, and a shared machine whose "
+                "load changes between the two jobs.")
+    return claim("throughput", None, text, ratio=ratio, acc=tp["accumulated"], full=tp["full_batch"],
+                 pct=100 * (1 - ratio), micro=r["micro_batch"], k=r["accumulation_steps"],
+                 batch=r["batch_per_rank"], impl=r["conv_impl"])
+
+
+def composite_passes(conv_kernels: dict) -> list[str]:
+    """The convolution passes oneDNN ran with its composite plain-layout kernel (``jit_uni_ncsp:...+...``)."""
+    return [kind for kind, impl in conv_kernels.items() if impl.startswith("jit_uni_ncsp") and "+" in impl]
+
+
+def _slope(r: dict) -> Claim:
+    planner, measured = r["planner_slope_mib_per_image"], r["measured_slope_mib_per_image"]
+    ratio = planner / measured
+    kernels = r["conv_kernels"]
+    passes = composite_passes(kernels)
+    ran = ", ".join(f"`{impl}` for {kind}" for kind, impl in kernels.items()) or "no convolution it could read"
+    figures = dict(planner=planner, measured=measured, ratio=ratio, ran=ran, n=len(passes),
+                   copies=r["ncsp_copy_mib_per_image"], with_copies=planner + r["ncsp_copy_mib_per_image"])
+    figures["fit"] = figures["with_copies"] / measured
+    if not passes:
+        ok = abs(ratio - 1) <= SLOPE_EXPLAINED
+        return claim(
+            "planner_slope", None,
+            "The planner's {planner:.3f} MiB per image is {ratio:.2f}x the measured slope ({measured:.3f}); oneDNN "
+            "ran " + ran + ", no composite kernel, so nothing beyond the saved activations grows with the batch."
+            if ok else
+            "The planner's {planner:.3f} MiB per image is {ratio:.2f}x the measured slope ({measured:.3f}); oneDNN "
+            "ran " + ran + ", no composite kernel: the gap is not explained by the kernels' copies.", **figures)
+    explained = abs(figures["fit"] - 1) <= SLOPE_EXPLAINED
+    return claim(
+        "planner_slope", None,
+        "The planner's {planner:.3f} MiB per image is {ratio:.2f}x the measured slope ({measured:.3f}) because "
+        "oneDNN ran " + ran + ": the composite kernel reorders each convolution's input and output into NHWC "
+        "copies ({copies:.3f} MiB per image over {n} pass(es), from the planner's own shapes); planner + copies "
+        "= {with_copies:.3f} MiB per image, {fit:.2f}x the measured slope."
+        if explained else
+        "The planner's {planner:.3f} MiB per image is {ratio:.2f}x the measured slope ({measured:.3f}); oneDNN "
+        "ran " + ran + ", whose NHWC copies add {copies:.3f} MiB per image over {n} pass(es): planner + copies = "
+        "{with_copies:.3f}, {fit:.2f}x the measured slope, so the copies explain only part of the gap.",
+        **figures)
+
+
+def _blog(r: dict) -> Claim:
+    rows = {s["account"]: s for s in r["blog_scenarios"]}
+    rows28 = {s["account"]: s for s in r["blog_scenarios_28"]}
+    plan = rows["planner (what backward must keep)"]
+    bn = rows["planner + every BatchNorm output kept"]
+    mx = rows.get("MXNet measured (TITAN X), extrapolated", bn)
+    nore = rows["planner + no reuse of backward workspaces"]
+    return claim(
+        "blog_35gb", bool(r["blog_fits_40gb"]),
+        "ResNet-152 at batch 64, 224 px, fp32 needs {p:.1f} GiB per card by the planner ({a:.1f} GiB of it kept "
+        "activations), so it fits in 40 GB and the blog's 'more than 35 GB' does not follow. 35 GiB is exceeded "
+        "from batch {pb} on the planner's count, from batch {bb} if every BatchNorm output is also kept "
+        "({b2:.1f} GiB at batch 128; MXNet's measured slope gives {m2:.1f}), or at batch 64 only if no backward "
+        "workspace were ever reused ({nw:.1f} GiB). 28 GiB is reached from batch {p28} on the planner's count, from "
+        "batch {b28} with BatchNorm outputs kept.",
+        "ResNet-152 at batch 64, 224 px, fp32 needs {p:.1f} GiB per card by the planner: it does not fit in "
+        "40 GB, as the blog says.",
+        p=r["blog_planner_gib"], a=r["blog_activation_gib"], pb=plan["batch_over_target"],
+        bb=bn["batch_over_target"], b2=bn["gib_at_double_batch"], m2=mx["gib_at_double_batch"],
+        nw=nore["gib_at_batch"],
+        p28=rows28["planner (what backward must keep)"]["batch_over_target"],
+        b28=rows28["planner + every BatchNorm output kept"]["batch_over_target"])
+
+
+def _allocator(r: dict) -> Claim:
+    alloc = r["allocator_max_allocated_mb"]
+    return claim(
+        "allocator_counter", None,
+        "In the sweep's CPU processes MindSpore's own allocator reported max_memory_allocated = {alloc:.0f} MB "
+        "(documented: always 0 on CPU), so every CPU memory figure here is measured from the operating system "
+        "(RSS, virtual size)." if alloc == 0 else
+        "In the sweep's CPU processes MindSpore's own allocator reported max_memory_allocated = {alloc:.0f} MB, "
+        "next to the operating system's RSS figures.", alloc=alloc)
+
+
+def _model_kwarg(r: dict) -> Claim:
+    return claim(
+        "model_has_no_accumulation_argument",
+        not r["model_has_gradient_accumulation_steps"] and r["model_error"] is not None,
+        "`mindspore.train.Model` has no `gradient_accumulation_steps` parameter: passing it raises {err}.",
+        "`mindspore.train.Model` accepted `gradient_accumulation_steps` in this MindSpore version ({err}): the "
+        "errata must be revised.",
+        err=(r["model_error"] or "no error").split(":")[0])
+
+
+def _published(r: dict) -> Claim:
+    rows = r["published"]
+    slopes = [x["planner"] / x["published"] for x in rows if x["kind"] == "slope"]
+    feats = max(abs(x["planner"] / x["published"] - 1) for x in rows if x["kind"] == "features")
+    recipes = [x for x in rows if x["kind"] == "batch_fits"]
+    fit = sum(x["planner"] <= x["published"] for x in recipes)
+    return claim(
+        "planner_vs_published", fit == len(recipes),
+        "Next to published figures the planner keeps {lo:.0%}-{hi:.0%} of MXNet's measured per-image slope "
+        "(MXNet keeps more than backward needs, e.g. BatchNorm outputs), matches convnet-burden's forward feature "
+        "sizes within {feats:.0%}, and fits all {n} NVIDIA recipe batches in their cards.",
+        "Next to published figures the planner keeps {lo:.0%}-{hi:.0%} of MXNet's per-image slope and matches "
+        "forward feature sizes within {feats:.0%}, but only {fit} of {n} NVIDIA recipe batches fit its budget.",
+        lo=min(slopes), hi=max(slopes), feats=feats, n=len(recipes), fit=fit)
+
+
+def build(r: dict) -> list[Claim]:
+    """Every claim of chapter 02, in the order the chapter makes them."""
+    return [_published(r), _oom(r), _fits(r), _memory(r), _throughput(r), _no_bn(r), _bn_cause(r), _builtin(r), _slope(r),
+            _blog(r), _allocator(r), _model_kwarg(r)]
