@@ -1,9 +1,11 @@
 """Choose the faster convolution for this CPU by measuring it (``conv_impl="auto"``).
 
-Which kernel MindSpore's CPU ``Conv2d`` lands in depends on the processor: on one machine oneDNN picked
-its reference kernel for 3x3 convolutions (``jit_uni_ncsp:conv+ref:any``, ~1 GFLOP/s) and im2col + MatMul
-made a whole ResNet step ~10x faster; on another (AMD EPYC, oneDNN ``gemm:jit``) the native kernel was
-1.7x *faster* than im2col for the ci/cpu presets' model. So the course does not assume: ``auto`` times one
+Which kernel MindSpore's CPU ``Conv2d`` lands in depends on the processor's instruction set (oneDNN picks it at run
+time). On this course's machine (AMD EPYC with AVX-512) oneDNN ran 3x3 convolutions (forward, input gradient) as
+``jit_uni_ncsp:conv+ref:any`` and im2col + MatMul made a whole training step 6.4x (ci model) to 11x (cpu model) faster
+(``benchmarks/results/conv_cpu.json``: native 5.7-11x slower in every case). No other CPU has been measured for
+the course, and one where oneDNN has a direct kernel for this layout may reverse the order. So the course does not
+assume: ``auto`` times one
 training step of the job's own model (per-rank batch, one thread, after compilation) with each
 implementation in a subprocess, picks the faster, and caches the answer per machine and model in
 ``runs/conv_choice.json`` (written atomically and merged with what another course run wrote meanwhile; a

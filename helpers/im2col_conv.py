@@ -1,9 +1,11 @@
 """Convolution implementations with identical parameters: MindSpore's native kernel or im2col + MatMul.
 
-Why this exists: on CPU, MindSpore 2.10 runs 3x3 ``Conv2d`` through oneDNN's reference kernel
-(``jit_uni_ncsp:conv+ref:any``, about 1 GFLOP/s), while its MatMul uses a fast AVX-512 kernel. Writing
-the convolution as ``ops.unfold`` (im2col) followed by a MatMul gives the same outputs and gradients and
-runs a ResNet training step about 10x faster on CPU. On GPU/Ascend the native kernel is the fast one.
+Why this exists: on this course's machine (AMD EPYC with AVX-512; ``ONEDNN_VERBOSE=1``) MindSpore 2.10 runs a 3x3
+``Conv2d`` forward and its input gradient through oneDNN's composite ``jit_uni_ncsp:conv+ref:any`` (its weight
+gradient through ``x64:gemm:jit``), while a MatMul runs oneDNN's ``gemm:jit:f32``. Writing the convolution as
+``ops.unfold`` (im2col) followed by a MatMul gives the same outputs and gradients, and there a whole training step
+ran 6.4x (ci model) and 11x (cpu model) faster (``benchmarks/results/conv_cpu.json``). Other CPUs were not measured,
+so ``conv_impl="auto"`` times both per machine (``helpers.conv_choice``); on GPU/Ascend the native kernel is used.
 
 ``Im2ColConv2d`` takes its ``weight`` Parameter from an ``nn.Conv2d`` built with the same arguments (same name,
 shape, initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not

@@ -1,7 +1,8 @@
 """Real msrun jobs through the launcher: success, a failing rank, a timeout, an interrupt, two at once.
 
-After every failure no process of the job may be left: checked by the job's MS_SCHED_PORT (as DESIGN.md
-says) and by the launcher's own job id.
+After every failure no process of the job may be left: checked by the job's MS_SCHED_PORT (msrun puts it in
+every rank's environment; ``helpers.launch.processes_with_env`` finds them) and by the launcher's own job id
+(what ``helpers.launch`` ends a job by, see its module docstring).
 """
 
 import _thread

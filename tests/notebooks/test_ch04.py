@@ -1,5 +1,6 @@
 """Chapter 04 executed with papermill (preset="ci"), then its recorded results asserted."""
 
+import math
 from pathlib import Path
 
 import pytest
@@ -20,10 +21,23 @@ def test_04_profiling(standin, tmp_path):
     assert r["comm_share"]["fused"] < r["comm_share"]["baseline"]
     assert all(0.0 < r["step_time_s"][k] < 60 for k in keys)
     assert r["step_time_s"]["fused"] < r["step_time_s"]["baseline"]
-    assert 0.2 < r["profiler_overhead_ratio"] < 5   # 2 vs 2 steps on a shared machine: noisy
+    # The profiler's overhead is recorded, not bounded: 2 profiled vs 2 unprofiled steps of one job on a shared
+    # 2-core machine, where another engineer's job moves a step by more than the profiler does (the two repeats
+    # in benchmarks/results/comm_fusion.json: 0.98x and 1.22x). Only what holds at any scale is asserted.
+    assert math.isfinite(r["profiler_overhead_ratio"]) and r["profiler_overhead_ratio"] > 0
     assert set(r["amp_step_time_s"]) == {"O0", "O1", "O2", "O3"}
     assert all(0.0 < v < 60 for v in r["amp_step_time_s"].values())
     assert r["amp_cast_kernels_per_step"]["O0"] == 0 < r["amp_cast_kernels_per_step"]["O3"]
     assert r["o3_keeps_conv_bn_relu_kernels"] is True
     assert r["comm_fusion_module_exists"] is False
     assert Path(r["trace_path"]).name == "merged_trace.json" and Path(r["trace_path"]).exists()
+    # the kernels counted as convolution are the ones that ran them (im2col: unfold + MatMul kernels)
+    assert r["conv_impl"] in ("native", "im2col")
+    assert r["conv_kernel_types"][0] == ("Conv2D" if r["conv_impl"] == "native" else "Im2Col")
+    assert r["amp_kernels_per_step"]["O0"][r["conv_kernel_types"][0]] > 0, "the counted convolution kernels ran"
+    claims = {c["id"]: c for c in r["claims"]}
+    for mechanism in ("fusion_cuts_allreduce_calls", "fusion_cuts_comm_share", "cell_fusion_ids_alone_change_nothing",
+                      "no_ops_comm_fusion_module", "amp_adds_cast_kernels", "o3_fuses_nothing"):
+        assert claims[mechanism]["holds"] is True, claims[mechanism]["text"]
+    for observation in ("profiler_overhead", "reduction_cost_without_profiler", "amp_speed_here", "before_after_here"):
+        assert claims[observation]["holds"] is None

@@ -313,3 +313,35 @@ def test_ascend_hccl_link_tasks_and_duplicate_rows_are_not_extra_kernels(tmp_pat
         kernel("Notify_Wait", t + 152, 10, pid=3), kernel("Memcpy", t + 165, 10, pid=3)])
     assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
     assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
+
+
+# ---------------------------------------------------------------- which kernels carry the convolutions (chapter 04)
+def test_conv_kernel_types_follow_the_implementation_that_ran():
+    assert P.conv_kernel_types("native") == ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+    im2col = P.conv_kernel_types("im2col")
+    assert im2col[:4] == ("Im2Col", "BatchMatMul", "MatMul", "Col2Im")
+    assert set(P.conv_kernel_types("native")) <= set(im2col), "im2col leaves the 1x1 convolutions native"
+    with pytest.raises(ValueError):
+        P.conv_kernel_types("auto")          # only a resolved implementation says which kernels ran
+    assert "`Im2Col`" in P.conv_kernels_note("im2col") and "only the native 1x1" in P.conv_kernels_note("im2col")
+    assert "`Im2Col`" not in P.conv_kernels_note("native")
+
+
+def test_kernel_calls_reads_executions_and_fills_absent_types_with_zero():
+    table = {"Cast": (12.0, 3.5), "Im2Col": (17.0, 11.2)}
+    assert P.kernel_calls(table, ["Cast", "Im2Col", "Conv2D"]) == {"Cast": 12.0, "Im2Col": 17.0, "Conv2D": 0.0}
+
+
+def test_relative_to_sorts_levels_by_the_noise_band():
+    out = P.relative_to({"O0": 1.0, "O1": 1.3, "O2": 0.8, "O3": 1.1}, "O0", noise=0.15)
+    assert out["rel"] == pytest.approx({"O0": 1.0, "O1": 1.3, "O2": 0.8, "O3": 1.1})
+    assert (out["slower"], out["faster"], out["ties"]) == (["O1"], ["O2"], ["O3"])
+
+
+def test_cpu_fp16_flags(tmp_path):
+    f = tmp_path / "cpuinfo"
+    f.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 f16c avx512f\n")
+    assert P.cpu_fp16_flags(str(f)) == {"fp16_math": [], "f16c": True}
+    f.write_text("flags\t\t: avx512_fp16 amx_fp16\n")
+    assert P.cpu_fp16_flags(str(f)) == {"fp16_math": ["amx_fp16", "avx512_fp16"], "f16c": False}
+    assert P.cpu_fp16_flags(str(tmp_path / "missing")) == {"fp16_math": [], "f16c": False}

@@ -1,0 +1,180 @@
+"""helpers.conclusions.ch04: each claim's sentence is chosen from the recorded numbers, for both outcomes."""
+
+import copy
+import json
+
+import pytest
+
+from helpers.conclusions import as_records, ch04, failed
+
+IM2COL = ["Im2Col", "BatchMatMul", "MatMul", "Col2Im", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"]
+
+
+def kernels(cast, **changes):
+    k = dict(Cast=cast, Im2Col=17, BatchMatMul=33, MatMul=20, Col2Im=16, Conv2D=3, Conv2DBackpropInput=3,
+             Conv2DBackpropFilter=3, BatchNorm=20, BatchNormGrad=20, ReLU=17)
+    return {**k, **changes}
+
+
+def ci_results():
+    """What a ci run records (numbers of the shape measured on this machine)."""
+    return dict(
+        preset="ci", device_target="CPU", world_size=8, gradient_tensors=62,
+        allreduce_per_step={"baseline": 62, "fused": 1},
+        step_time_s={"baseline": 1.23, "fused": 0.60},
+        comm_share={"baseline": 0.54, "fused": 0.15},
+        comm_share_without_profiler=0.50, no_reduce_step_time_s=0.62, profiler_overhead_ratio=1.10,
+        cell_comm_fusion_allreduce_per_step=62, cell_ids_with_fusion_allreduce_per_step=None,
+        amp_step_time_s={"O0": 0.10, "O1": 0.13, "O2": 0.14, "O3": 0.105},
+        amp_relative={"rel": {"O0": 1.0, "O1": 1.3, "O2": 1.4, "O3": 1.05}, "noise": 0.15,
+                      "slower": ["O1", "O2"], "faster": [], "ties": ["O3"]},
+        amp_world_size=1, conv_impl="im2col", conv_kernel_types=IM2COL,
+        amp_kernels_per_step={"O0": kernels(0), "O1": kernels(300), "O2": kernels(330), "O3": kernels(323)},
+        amp_cast_kernels_per_step={"O0": 0, "O1": 300, "O2": 330, "O3": 323},
+        cpu_fp16={"fp16_math": [], "f16c": True},
+        img_per_s={"before": 52.0, "after": 106.7}, after_config="fusion: auto",
+        mindspore_version="2.10.0", comm_fusion_module_exists=False, fusion_enabled_by_default=False,
+    )
+
+
+def by_id(r):
+    return {c.id: c for c in ch04.build(r)}
+
+
+def changed(**paths):
+    """ci_results() with ``a__b=value`` set at r[a][b]."""
+    r = copy.deepcopy(ci_results())
+    for path, v in paths.items():
+        keys = path.split("__")
+        d = r
+        for k in keys[:-1]:
+            d = d[k]
+        d[keys[-1]] = v
+    return r
+
+
+def test_ci_run_has_enough_claims_none_failed_and_records_as_json():
+    claims = ch04.build(ci_results())
+    assert len(claims) >= 4 and len({c.id for c in claims}) == len(claims)
+    recs = as_records(claims)
+    assert failed(recs) == []
+    json.dumps(recs)                                   # record_results can write them
+    assert all(c.text and "{" not in c.text for c in claims), "every placeholder filled"
+
+
+def test_fusion_cuts_allreduce_calls_both_outcomes():
+    c = by_id(ci_results())["fusion_cuts_allreduce_calls"]
+    assert c.holds is True and "from 62 (one per gradient tensor) to 1" in c.text
+    c = by_id(changed(allreduce_per_step__fused=62))["fusion_cuts_allreduce_calls"]
+    assert c.holds is False and c.text.startswith("Fusion (`auto`) did not cut") and "62 fused" in c.text
+    c = by_id(changed(gradient_tensors=70))["fusion_cuts_allreduce_calls"]
+    assert "the model has 70 gradient tensors" in c.text and "one per gradient tensor" not in c.text
+
+
+def test_fusion_cuts_comm_share_both_outcomes():
+    c = by_id(ci_results())["fusion_cuts_comm_share"]
+    assert c.holds is True and "fell from 54% to 15%" in c.text
+    c = by_id(changed(comm_share__fused=0.60))["fusion_cuts_comm_share"]
+    assert c.holds is False and "did not fall: 54%" in c.text and "60% fused" in c.text
+
+
+def test_fusion_shortens_step_both_outcomes():
+    c = by_id(ci_results())["fusion_shortens_step"]
+    assert c.holds is True and "from 1.230 s to 0.600 s (0.49x as long)" in c.text
+    c = by_id(changed(step_time_s__fused=1.30))["fusion_shortens_step"]
+    assert c.holds is False and "did not shorten the step" in c.text and "1.300 s fused" in c.text
+
+
+def test_cell_ids_alone_both_outcomes_and_why_from_the_context():
+    c = by_id(ci_results())["cell_fusion_ids_alone_change_nothing"]
+    assert c.holds is True and "left 62 AllReduce calls per step, as many as the default (62)" in c.text
+    assert "→ False" in c.text
+    c = by_id(changed(cell_comm_fusion_allreduce_per_step=6))["cell_fusion_ids_alone_change_nothing"]
+    assert c.holds is False and "62 by default, 6 with the ids" in c.text
+    c = by_id(changed(fusion_enabled_by_default=True))["cell_fusion_ids_alone_change_nothing"]
+    assert "→ True" in c.text and "is off" not in c.text
+
+
+def test_cell_ids_with_fusion_only_when_that_job_ran():
+    assert "cell_fusion_ids_with_fusion" not in by_id(ci_results())
+    c = by_id(changed(cell_ids_with_fusion_allreduce_per_step=6))["cell_fusion_ids_with_fusion"]
+    assert c.holds is None and "6 AllReduce calls per step" in c.text
+
+
+def test_no_ops_comm_fusion_module_both_outcomes():
+    c = by_id(ci_results())["no_ops_comm_fusion_module"]
+    assert c.holds is True and "does not exist in MindSpore 2.10.0" in c.text
+    c = by_id(changed(comm_fusion_module_exists=True))["no_ops_comm_fusion_module"]
+    assert c.holds is False and "exists in MindSpore 2.10.0" in c.text
+
+
+def test_amp_adds_cast_kernels_both_outcomes():
+    c = by_id(ci_results())["amp_adds_cast_kernels"]
+    assert c.holds is True and c.text == "Every AMP level added `Cast` kernels per step: O0 0, O1 300, O2 330, O3 323."
+    c = by_id(changed(amp_cast_kernels_per_step__O1=0))["amp_adds_cast_kernels"]
+    assert c.holds is False and c.text.startswith("Not every AMP level") and "O1 0" in c.text
+
+
+def test_o3_fuses_nothing_both_outcomes_names_the_kernels_counted():
+    c = by_id(ci_results())["o3_fuses_nothing"]
+    assert c.holds is True and "im2col's `Im2Col`" in c.text and "per step (95: " in c.text   # 17+33+20+16+3*3
+    assert "BatchNorm 20, ReLU 17" in c.text
+    r = changed(amp_kernels_per_step__O3=kernels(323, ReLU=0, BatchMatMul=17))
+    c = by_id(r)["o3_fuses_nothing"]
+    assert c.holds is False and "95 at O0 vs 79 at O3" in c.text and "ReLU 0 at O3" in c.text
+    native = changed(conv_impl="native", conv_kernel_types=IM2COL[4:])
+    c = by_id(native)["o3_fuses_nothing"]
+    assert "(9: `Conv2D` and its two backward kernels)" in c.text
+
+
+def test_same_kernels_compares_conv_bn_relu_only():
+    k = {"O0": kernels(0), "O3": kernels(300)}
+    assert ch04.same_kernels(k, IM2COL)
+    k["O3"] = kernels(300, Im2Col=0)
+    assert not ch04.same_kernels(k, IM2COL)
+    assert ch04.same_kernels(k, IM2COL[4:]), "native counting ignores im2col kernels"
+
+
+def test_amp_speed_is_an_observation_worded_from_the_verdicts():
+    c = by_id(ci_results())["amp_speed_here"]
+    assert c.holds is None
+    assert "O1 1.30x, O2 1.40x, O3 1.05x" in c.text and "slower: O1, O2" in c.text and "within 15% (a tie): O3" in c.text
+    assert "no float16 arithmetic (`f16c`: conversions only)" in c.text and "with 1 rank:" in c.text
+    assert "rerun" not in c.text, "no level came out faster: nothing to caution about"
+    faster = changed(amp_relative__faster=["O1"], amp_relative__slower=["O2"], amp_relative__rel__O1=0.8)
+    c = by_id(faster)["amp_speed_here"]
+    assert "O1 came out faster all the same" in c.text and "rerun before counting it as a gain" in c.text
+    assert "with 2 ranks:" in by_id(changed(amp_world_size=2))["amp_speed_here"].text
+    c = by_id(changed(cpu_fp16={"fp16_math": ["avx512_fp16"], "f16c": True}))["amp_speed_here"]
+    assert "has float16 arithmetic (avx512_fp16)" in c.text
+    c = by_id(changed(device_target="GPU"))["amp_speed_here"]
+    assert "on GPU float16 runs on the device's own units" in c.text and "this CPU" not in c.text
+
+
+def test_observations_are_never_failures():
+    for key, v in [("profiler_overhead_ratio", 4.0), ("comm_share_without_profiler", 0.05)]:
+        ids = {c.id: c for c in ch04.build(changed(**{key: v}))}
+        assert ids["profiler_overhead"].holds is None and ids["reduction_cost_without_profiler"].holds is None
+    c = by_id(ci_results())["profiler_overhead"]
+    assert "1.10x as long (+10%)" in c.text and "recorded, not a property" in c.text
+
+
+def test_reduction_cost_wording_follows_the_agreement():
+    c = by_id(ci_results())["reduction_cost_without_profiler"]
+    assert "50% of the step without the profiler, against 54%" in c.text and "within 15 points" in c.text
+    c = by_id(changed(comm_share_without_profiler=0.20))["reduction_cost_without_profiler"]
+    assert "more than 15 points apart" in c.text
+
+
+def test_before_after_states_the_blogs_own_attribution():
+    c = by_id(ci_results())["before_after_here"]
+    assert c.holds is None and "52.0" in c.text and "106.7" in c.text and "(2.05x)" in c.text
+    assert "from data to hybrid parallel" in c.text and "not fusion + O3" in c.text
+
+
+@pytest.mark.parametrize("missing", ["allreduce_per_step", "amp_kernels_per_step", "img_per_s"])
+def test_a_missing_figure_is_an_error_not_a_silent_claim(missing):
+    r = ci_results()
+    del r[missing]
+    with pytest.raises(KeyError):
+        ch04.build(r)
