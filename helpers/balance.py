@@ -152,3 +152,10 @@ def imagenet_shaped_labels(seed: int = 0) -> np.ndarray:
     """Class-sorted int32 labels of an ImageNet-shaped train split (1,281,167 labels, 1,000 classes,
     732..1,300 per class), for balance experiments at full scale without any image."""
     return np.repeat(np.arange(IMAGENET_CLASSES, dtype=np.int32), imagenet_shaped_counts(seed))
+
+
+def per_class_spread(shards: Sequence[np.ndarray], labels) -> int:
+    """The largest difference, over classes, between the shards' counts of one class (the stratified
+    sampler deals every class round robin, so this is at most 1 for it)."""
+    hist = class_histograms(shards, labels)
+    return int((hist.max(axis=0) - hist.min(axis=0)).max())

@@ -49,3 +49,21 @@ def global_step_entropy(result) -> np.ndarray:
     p = h / h.sum(axis=1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         return -np.nansum(np.where(p > 0, p * np.log2(p), 0.0), axis=1)
+
+
+def batch_classes(result) -> np.ndarray:
+    """(ranks, steps): how many distinct classes each rank's own batch held at each step (1 = a batch of one
+    class: what a contiguous split of class-sorted data feeds a rank)."""
+    return (step_histograms(result) > 0).sum(axis=2)
+
+
+def rank_step_spread(result, skip: int = 1) -> float:
+    """Slowest over fastest rank's mean step time, the first ``skip`` steps (graph compilation) left out."""
+    per_rank = np.asarray(result.metric("step_s"))[:, skip:].mean(axis=1)
+    return float(per_rank.max() / per_rank.min())
+
+
+def slowest_data_wait_ms(result, skip: int = 1) -> float:
+    """The largest per-rank mean wait for data (ms per step, first ``skip`` steps left out): a rank whose
+    images cost more to read and decode would show here, before the AllReduce makes all ranks wait alike."""
+    return float(np.asarray(result.metric("data_s"))[:, skip:].mean(axis=1).max() * 1000.0)

@@ -12,11 +12,20 @@ def test_01_load_imbalance(standin, tmp_path):
     r = execute("01_load_imbalance", tmp_path)
     kinds = {"contiguous", "distributed", "distributed_shuffle", "stratified"}
     assert set(r["max_tv"]) == set(r["min_classes_per_step"]) == set(r["accuracy"]) == kinds
+    assert set(r["step_time_spread"]) == set(r["slowest_data_wait_ms"]) == set(r["mean_batch_classes"]) == kinds
+    # The stratified sampler deals every class round robin: per class, ranks differ by at most one image.
+    assert r["stratified_class_spread"] <= 1
     others = [v for k, v in r["max_tv"].items() if k != "stratified"]
     assert r["max_tv"]["stratified"] < min(others)
+    # Stratified steps hold the global mix (all 10 classes in 64 images); class-sorted splits do not.
+    assert r["min_classes_per_step"]["stratified"] == r["num_classes"]
     assert r["min_classes_per_step"]["stratified"] > r["min_classes_per_step"]["contiguous"]
     assert r["min_classes_per_step"]["distributed"] <= 2, "DistributedSampler(shuffle=False) steps see 1-2 classes"
+    # A contiguous rank's batch comes from its own block of 1-2 classes.
+    assert r["mean_batch_classes"]["contiguous"] <= 2 < r["mean_batch_classes"]["stratified"]
     assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
+    assert all(v >= 1.0 for v in r["step_time_spread"].values())
+    assert all(v >= 0.0 for v in r["slowest_data_wait_ms"].values())
     assert r["imagenet_scale_max_tv"]["stratified"] <= 0.002
     assert r["imagenet_scale_max_tv"]["stratified"] < r["imagenet_scale_max_tv"]["distributed_shuffle"]
     assert 0 < r["imagenet_scale_split_s"] < 5

@@ -1,0 +1,114 @@
+"""Chapter 01's conclusions, from the values its notebook records (``record_results(...)``'s keyword values).
+
+Mechanisms (hold at any scale): the stratified sampler deals every class within 1 image between ranks, its ranks
+read the global class mix best, class-sorted sharding gives class-homogeneous batches (one class per rank batch
+for a contiguous split, one or two per global step for ``DistributedSampler(shuffle=False)``). Scale-dependent
+findings (per-rank step time, held-out accuracy) are observations: their text says what was measured.
+"""
+
+from __future__ import annotations
+
+from helpers.conclusions import Claim, claim
+
+NAMES = {"contiguous": "contiguous", "distributed": "DistributedSampler(shuffle=False)",
+         "distributed_shuffle": "DistributedSampler(shuffle=True)", "stratified": "stratified"}
+NEAR_CHANCE = 2.0   # best accuracy below this many times chance: too few steps to compare the splits
+
+
+def chapter01_claims(r: dict) -> list[Claim]:
+    """Claims from chapter 01's recorded values ``r``."""
+    tv, steps_min, batch = r["max_tv"], r["min_classes_per_step"], r["mean_batch_classes"]
+    others = {k: v for k, v in tv.items() if k != "stratified"}
+    best_other = min(others, key=others.get)
+    out = [
+        claim("per_class_split", r["stratified_class_spread"] <= 1,
+              ("Per class, every rank's stratified shard holds the same number of images"
+               if r["stratified_class_spread"] == 0
+               else "Per class, the stratified shards' counts differ by at most {s} image between ranks")
+              + " (contiguous split: counts of a class differ by up to {c} between ranks).",
+              "Per class, the stratified shards' counts differ by up to {s} images between ranks (expected <= 1).",
+              s=r["stratified_class_spread"], c=r["contiguous_class_spread"]),
+        claim("homogeneous_batches",
+              batch["contiguous"] < batch["stratified"] and steps_min["distributed"] < steps_min["stratified"],
+              "Class-sorted sharding gave class-homogeneous batches: a contiguous rank's batch held {cb:.1f} "
+              "classes on average (stratified: {sb:.1f}), and with DistributedSampler(shuffle=False) a whole "
+              "global step held as few as {dmin} class(es) of {n} (stratified: at least {smin}).",
+              "The class-sorted splits' batches were not more homogeneous than the stratified ones here: "
+              "contiguous {cb:.1f} classes per rank batch vs stratified {sb:.1f}; fewest classes in a global step "
+              "{dmin} (DistributedSampler(shuffle=False)) vs {smin} (stratified).",
+              cb=batch["contiguous"], sb=batch["stratified"], dmin=steps_min["distributed"],
+              smin=steps_min["stratified"], n=r["num_classes"]),
+        claim("rank_mix", tv["stratified"] < min(others.values()),
+              "The stratified ranks read the global class mix best: worst rank {s:.3f} TV away, against {o:.3f} "
+              "for the best other split ({other}) and {c:.3f} for the contiguous one.",
+              "The stratified ranks' worst class mix ({s:.3f} TV) was not closer to the global one than "
+              "{other}'s ({o:.3f}).",
+              s=tv["stratified"], o=others[best_other], other=NAMES[best_other], c=tv["contiguous"]),
+        _loss_spread_claim(r),
+        _step_time_claim(r),
+        _accuracy_claim(r),
+    ]
+    inet = r["imagenet_scale_max_tv"]
+    out.append(claim("imagenet_scale", inet["stratified"] < inet["distributed_shuffle"],
+                     "At ImageNet scale the stratified split's worst shard is {s:.4f} TV from the global mix, "
+                     "DistributedSampler(shuffle=True)'s {d:.4f} ({n} shard(s) read); all 8 stratified shards were "
+                     "split in {t:.2f} s.",
+                     "At ImageNet scale the stratified split's worst shard ({s:.4f} TV) was not closer to the global "
+                     "mix than DistributedSampler(shuffle=True)'s ({d:.4f}).",
+                     s=inet["stratified"], d=inet["distributed_shuffle"], n=r["imagenet_shards_iterated"],
+                     t=r["imagenet_scale_split_s"]))
+    out.append(claim("class_column", r["class_column_rejected"],
+                     "The blog's DistributedSampler(..., class_column='label') raises TypeError: the fix has to be "
+                     "a sampler of one's own.",
+                     "DistributedSampler accepted class_column='label' in this MindSpore."))
+    return out
+
+
+def _loss_spread_claim(r: dict) -> Claim:
+    """How far apart the ranks' last losses are (each on its own batch): an observation."""
+    spread = r["loss_spread"]
+    other = max(v for k, v in spread.items() if k != "contiguous")
+    return claim("loss_spread", None,
+                 ("The ranks' last losses spread {c:.2f} (std over ranks) under the contiguous split, {o:.2f} at most "
+                  "under the others: each contiguous rank fits its own classes." if spread["contiguous"] > other else
+                  "The ranks' last losses spread {c:.2f} (std over ranks) under the contiguous split, not more than "
+                  "under the other splits (up to {o:.2f})."),
+                 c=spread["contiguous"], o=other)
+
+
+def _step_time_claim(r: dict) -> Claim:
+    """The blog's "cards 30% slower": per-rank step-time spread and data wait under each split (an observation).
+    A rank's step ends at the AllReduce, so a slow rank shows as every rank slower; its own extra cost would be
+    in reading its images (the data wait) since every image reaches the model at the same size."""
+    spread = {k: 100.0 * (v - 1.0) for k, v in r["step_time_spread"].items()}
+    rest = [v for k, v in spread.items() if k != "contiguous"]
+    lo, hi = min(rest), max(rest)
+    wait = r["slowest_data_wait_ms"]
+    figures = dict(c=spread["contiguous"], lo=lo, hi=hi, w=wait["contiguous"],
+                   wo=max(v for k, v in wait.items() if k != "contiguous"))
+    if spread["contiguous"] <= hi and figures["w"] <= 2 * figures["wo"]:
+        text = ("Under the contiguous split the ranks' mean steps were within {c:.1f}% of each other ({lo:.1f}-{hi:.1f}% "
+                "under the other splits) and no rank waited more than {w:.1f} ms per step for data (others: up to "
+                "{wo:.1f} ms): no rank was slower for its classes here.")
+    else:
+        text = ("Under the contiguous split the ranks' mean steps were {c:.1f}% apart (other splits: {lo:.1f}-{hi:.1f}%) "
+                "and the slowest rank waited {w:.1f} ms per step for data (others: up to {wo:.1f} ms).")
+    return claim("step_time", None, text, **figures)
+
+
+def _accuracy_claim(r: dict) -> Claim:
+    """Held-out accuracy per split (an observation): compared only when the best is well above chance."""
+    acc, chance = r["accuracy"], 1.0 / r["num_classes"]
+    lo, hi = min(acc.values()), max(acc.values())
+    if hi < NEAR_CHANCE * chance:
+        return claim("accuracy", None,
+                     "After {steps} steps every split's held-out accuracy is {lo:.2f}-{hi:.2f}, near chance "
+                     "({chance:.2f}): too few steps to compare the splits by accuracy (the cpu preset trains longer).",
+                     steps=r["steps"], lo=lo, hi=hi, chance=chance)
+    best = max(acc, key=acc.get)
+    return claim("accuracy", None,
+                 "Held-out accuracy after {steps} steps: " + ", ".join(f"{NAMES[k]} {v:.3f}" for k, v in acc.items())
+                 + " (chance {chance:.2f}); the best was {best}, {gap:.1f} points above the contiguous split, the "
+                 "worst {worst}.",
+                 steps=r["steps"], chance=chance, best=NAMES[best], gap=100.0 * (acc[best] - acc["contiguous"]),
+                 worst=NAMES[min(acc, key=acc.get)])

@@ -1,0 +1,210 @@
+"""Chapters 00 and 01's claim builders: each claim's text follows what was measured, both ways."""
+
+import copy
+
+import numpy as np
+import pytest
+
+from helpers.balance import per_class_spread
+from helpers.conclusions import as_records, failed
+from helpers.conclusions.ch00 import chapter00_claims, conv_benchmark, seed_api_facts, two_node_comparison
+from helpers.conclusions.ch01 import chapter01_claims
+from helpers.launch import JobResult
+from helpers.seen import batch_classes, rank_step_spread, slowest_data_wait_ms
+
+
+def by_id(claims):
+    return {c.id: c for c in claims}
+
+
+# ------------------------------------------------------------------------------------------ chapter 00
+SEED_API = {"version": "2.10.0", "msrun_sets_device_id": True, "set_device_negotiates_under_msrun": True,
+            "context_keys_accepted": ["parallel_mode", "gradients_mean", "device_num", "parameter_broadcast"],
+            "context_keys_refused": [], "parameter_broadcast_read_back": True}
+
+
+def ch00(**changes):
+    r = dict(world_size=8, ranks_finished=8, steps=4, weights_identical=True, distinct_first_batches=8,
+             conv_impl="im2col", conv_seconds_per_step={"native": 0.25, "im2col": 0.04}, device_target="CPU",
+             multinode_skipped="", multinode_world_size=8, multinode_weights_identical=True,
+             multinode_vs_single=dict(same_data=True, first_losses_equal=True, first_divergent_step=2,
+                                      loss_diff_at_divergence=4.8e-7, same_checksum=False, param_sum_rel_diff=3e-5,
+                                      steps=4),
+             rank_num_is_invalid=True, seed_api=copy.deepcopy(SEED_API))
+    for key, value in changes.items():
+        if value and isinstance(value, dict) and isinstance(r.get(key), dict):
+            r[key] = {**r[key], **value}
+        else:
+            r[key] = value
+    return r
+
+
+def test_ch00_all_expectations_hold_on_the_measured_ci_values():
+    claims = chapter00_claims(ch00())
+    assert len(claims) >= 4 and not failed(as_records(claims))
+    c = by_id(claims)
+    assert "8 of 8 ranks ran all 4 steps" in c["ranks_finished"].text
+    assert "8 different class mixes" in c["weights_identical"].text
+    assert "native took 6.2x as long" in c["conv_impl"].text
+    assert "first differ at step 2" in c["two_node_checksum"].text and "checksums differ" in c["two_node_checksum"].text
+
+
+@pytest.mark.parametrize("changes, cid, words", [
+    (dict(ranks_finished=7), "ranks_finished", "Only 7 of 8"),
+    (dict(weights_identical=False), "weights_identical", "did not end with one parameter checksum"),
+    (dict(distinct_first_batches=1), "weights_identical", "1 distinct first-step class mixes"),
+    (dict(conv_impl="native"), "conv_impl", "although im2col was measured faster"),
+    (dict(multinode_vs_single={"same_data": False}), "two_node_same_start", "same data: False"),
+    (dict(multinode_vs_single={"first_losses_equal": False}), "two_node_same_start", "step-1 losses equal: False"),
+    (dict(multinode_weights_identical=False), "two_node_same_start", "one checksum on all ranks: False"),
+    (dict(multinode_vs_single={"same_checksum": True}), "two_node_checksum", "yet the final checksums are equal"),
+    (dict(multinode_vs_single={"first_divergent_step": None}), "two_node_checksum",
+     "bit-identical but the final checksums differ"),
+    (dict(rank_num_is_invalid=False), "rank_num_invalid", "was accepted"),
+    (dict(seed_api={"parameter_broadcast_read_back": False}), "parameter_broadcast", "was not accepted"),
+    (dict(seed_api={"msrun_sets_device_id": False}), "device_id", "does not set DEVICE_ID"),
+])
+def test_ch00_each_claim_says_when_its_expectation_failed(changes, cid, words):
+    c = by_id(chapter00_claims(ch00(**changes)))[cid]
+    assert c.holds is False and words in c.text
+
+
+def test_ch00_equal_checksums_with_identical_losses_hold():
+    c = by_id(chapter00_claims(ch00(multinode_vs_single={"first_divergent_step": None, "same_checksum": True})))
+    assert c["two_node_checksum"].holds is True and "final checksums are equal" in c["two_node_checksum"].text
+
+
+def test_ch00_skipped_two_node_demo_is_an_observation_with_its_reason():
+    c = by_id(chapter00_claims(ch00(multinode_skipped="making a network namespace needs root")))
+    assert c["two_node"].holds is None and "needs root" in c["two_node"].text
+    assert "two_node_checksum" not in c
+
+
+def test_ch00_native_on_gpu_has_no_timing_claim_to_fail():
+    c = by_id(chapter00_claims(ch00(conv_impl="native", conv_seconds_per_step={}, device_target="GPU")))
+    assert c["conv_impl"].holds is None and "on GPU" in c["conv_impl"].text
+
+
+class Job:
+    """The parts of a JobResult that two_node_comparison reads."""
+
+    def __init__(self, losses, counts, checksum="a", psum=1.0):
+        self.steps = {r: [{"loss": l, "class_counts": counts[r][i]} for i, l in enumerate(row)]
+                      for r, row in enumerate(losses)}
+        self.summaries = {r: {"checksum": checksum, "param_sum": psum} for r in self.steps}
+
+    ranks = property(lambda self: sorted(self.summaries))
+    metric = JobResult.metric
+
+
+def test_two_node_comparison_finds_the_first_divergent_step():
+    counts = [[[[0, 2]], [[1, 2]], [[2, 2]]], [[[3, 2]], [[4, 2]], [[5, 2]]]]
+    one = Job([[2.0, 1.5, 1.2], [2.1, 1.6, 1.3]], counts, "a", 100.0)
+    two = Job([[2.0, 1.5, 1.2000001], [2.1, 1.6, 1.3]], counts, "b", 100.001)
+    cmp = two_node_comparison(one, two)
+    assert cmp["same_data"] and cmp["first_losses_equal"] and cmp["first_divergent_step"] == 3
+    assert cmp["same_checksum"] is False and cmp["param_sum_rel_diff"] == pytest.approx(1e-5)
+    assert cmp["loss_diff_per_step"][:2] == [0.0, 0.0] and cmp["loss_diff_per_step"][2] > 0
+    same = two_node_comparison(one, Job([[2.0, 1.5, 1.2], [2.1, 1.6, 1.3]], counts, "a", 100.0))
+    assert same["first_divergent_step"] is None and same["same_checksum"]
+    other_data = copy.deepcopy(counts)
+    other_data[1][2] = [[6, 2]]
+    assert not two_node_comparison(one, Job([[2.0, 1.5, 1.2], [2.1, 1.6, 1.3]], other_data))["same_data"]
+
+
+def test_seed_api_facts_read_from_the_installed_mindspore():
+    facts = seed_api_facts()
+    assert facts["msrun_sets_device_id"] and facts["set_device_negotiates_under_msrun"]
+    assert "parameter_broadcast" in facts["context_keys_accepted"] and facts["parameter_broadcast_read_back"]
+    from mindspore import context
+
+    assert context.get_auto_parallel_context("parameter_broadcast") is False, "the probe resets the context"
+
+
+def test_conv_benchmark_quotes_the_committed_ratios():
+    bench = conv_benchmark()
+    assert bench["cases"] >= 1 and 1.0 < bench["min_ratio"] <= bench["max_ratio"]
+
+
+# ------------------------------------------------------------------------------------------ chapter 01
+KINDS = ("contiguous", "distributed", "distributed_shuffle", "stratified")
+
+
+def ch01(**changes):
+    r = dict(steps=4, num_classes=10,
+             max_tv=dict(zip(KINDS, (0.93, 0.73, 0.32, 0.067))),
+             min_classes_per_step=dict(zip(KINDS, (7, 1, 10, 10))),
+             mean_batch_classes=dict(zip(KINDS, (1.1, 1.0, 5.4, 5.9))),
+             accuracy=dict(zip(KINDS, (0.108, 0.008, 0.083, 0.097))),
+             loss_spread=dict(zip(KINDS, (0.33, 0.05, 0.09, 0.06))),
+             step_time_spread=dict(zip(KINDS, (1.032, 1.031, 1.043, 1.008))),
+             slowest_data_wait_ms=dict(zip(KINDS, (5.3, 3.9, 2.9, 11.9))),
+             stratified_class_spread=0, contiguous_class_spread=132,
+             imagenet_scale_max_tv={"stratified": 0.0015, "distributed_shuffle": 0.029},
+             imagenet_scale_split_s=0.8, imagenet_shards_iterated=1, class_column_rejected=True)
+    for key, value in changes.items():
+        r[key] = {**r[key], **value} if isinstance(value, dict) else value
+    return r
+
+
+def test_ch01_all_expectations_hold_on_the_measured_ci_values():
+    claims = chapter01_claims(ch01())
+    assert len(claims) >= 4 and not failed(as_records(claims))
+    c = by_id(claims)
+    assert "holds the same number of images" in c["per_class_split"].text
+    assert "as few as 1 class(es) of 10" in c["homogeneous_batches"].text
+    assert "near chance (0.10)" in c["accuracy"].text
+    assert "no rank was slower for its classes" in c["step_time"].text
+    assert "each contiguous rank fits its own classes" in c["loss_spread"].text
+
+
+@pytest.mark.parametrize("changes, cid, words", [
+    (dict(stratified_class_spread=3), "per_class_split", "differ by up to 3 images"),
+    (dict(mean_batch_classes={"contiguous": 6.0}), "homogeneous_batches", "were not more homogeneous"),
+    (dict(min_classes_per_step={"distributed": 10}), "homogeneous_batches", "were not more homogeneous"),
+    (dict(max_tv={"stratified": 0.5}), "rank_mix", "was not closer to the global one"),
+    (dict(imagenet_scale_max_tv={"stratified": 0.05}), "imagenet_scale", "was not closer"),
+    (dict(class_column_rejected=False), "class_column", "accepted class_column"),
+])
+def test_ch01_each_mechanism_says_when_it_failed(changes, cid, words):
+    c = by_id(chapter01_claims(ch01(**changes)))[cid]
+    assert c.holds is False and words in c.text
+
+
+def test_ch01_one_image_difference_per_class_still_holds():
+    c = by_id(chapter01_claims(ch01(stratified_class_spread=1)))["per_class_split"]
+    assert c.holds is True and "differ by at most 1 image" in c.text
+
+
+def test_ch01_observations_follow_the_measurement_both_ways():
+    slow = by_id(chapter01_claims(ch01(step_time_spread={"contiguous": 1.31})))["step_time"]
+    assert slow.holds is None and "31.0% apart (other splits: 0.8-4.3%)" in slow.text
+    waits = by_id(chapter01_claims(ch01(slowest_data_wait_ms={"contiguous": 40.0})))["step_time"]
+    assert "slowest rank waited 40.0 ms per step for data (others: up to 11.9 ms)" in waits.text
+    trained = by_id(chapter01_claims(ch01(accuracy=dict(zip(KINDS, (0.40, 0.55, 0.80, 0.85))))))["accuracy"]
+    assert trained.holds is None and "the best was stratified, 45.0 points above the contiguous split, the worst contiguous" in trained.text
+    flat = by_id(chapter01_claims(ch01(loss_spread={"contiguous": 0.01})))["loss_spread"]
+    assert flat.holds is None and "not more than under the other splits" in flat.text
+
+
+def test_ch01_figures_from_shards_and_step_records():
+    labels = np.repeat(np.arange(3), 4)
+    assert per_class_spread([np.arange(0, 12, 2), np.arange(1, 12, 2)], labels) == 0
+    assert per_class_spread([np.arange(6), np.arange(6, 12)], labels) == 4
+
+    class Result:
+        steps = {0: [{"class_counts": [[0, 2]], "step_s": 9.0}, {"class_counts": [[0, 1], [1, 1]], "step_s": 1.0}],
+                 1: [{"class_counts": [[2, 2]], "step_s": 9.0}, {"class_counts": [[2, 2]], "step_s": 1.5}]}
+        summaries = {0: {"num_classes": 3}, 1: {"num_classes": 3}}
+        metric = JobResult.metric
+
+    assert batch_classes(Result()).tolist() == [[1, 2], [1, 1]]
+    Result.steps[0][1]["data_s"], Result.steps[1][1]["data_s"] = 0.002, 0.004
+    Result.steps[0][0]["data_s"] = Result.steps[1][0]["data_s"] = 1.0
+    assert slowest_data_wait_ms(Result()) == pytest.approx(4.0)
+    assert rank_step_spread(Result()) == pytest.approx(1.5)
+
+
+def test_ch00_a_large_first_difference_is_not_called_rounding():
+    c = by_id(chapter00_claims(ch00(multinode_vs_single={"loss_diff_at_divergence": 0.3})))["two_node_checksum"]
+    assert c.holds is False and "more than float rounding" in c.text
