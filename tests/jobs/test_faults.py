@@ -67,6 +67,17 @@ def after_step(root: Path, rank: int, step: int, then, timeout: float = 180) -> 
     return t
 
 
+def signal_after_step(marker: str, root: Path, rank: int, step: int, sig) -> dict:
+    """Send ``sig`` to ``rank``'s worker once it has recorded ``step``; the dict gets the time it was sent."""
+    sent = {}
+
+    def send():
+        worker_of(marker, rank).send_signal(sig)
+        sent["at"] = time.time()
+    after_step(root, rank, step, send)
+    return sent
+
+
 def small(ci_config, **changes):
     return ci_config.replace(world_size=4, global_batch=32, steps=400, timeout_s=300.0, **changes)
 
@@ -86,12 +97,7 @@ def test_a_hung_rank_is_named_as_hung_within_the_stall_limit(ci_config, tmp_path
 
 
 def test_a_stopped_rank_is_a_hang_of_that_rank_not_a_crash(ci_config, tmp_path, marker):
-    stopped = {}
-
-    def stop():
-        worker_of(marker, 3).send_signal(signal.SIGSTOP)
-        stopped["at"] = time.time()
-    after_step(tmp_path, 3, 2, stop)
+    stopped = signal_after_step(marker, tmp_path, 3, 2, signal.SIGSTOP)
     with pytest.raises(JobFailed) as info:
         run_job(small(ci_config), progress="none", run_root=tmp_path)
     err = info.value
@@ -102,12 +108,7 @@ def test_a_stopped_rank_is_a_hang_of_that_rank_not_a_crash(ci_config, tmp_path, 
 
 
 def test_a_killed_rank_is_named_with_its_signal_within_15_s(ci_config, tmp_path, marker):
-    killed = {}
-
-    def kill():
-        worker_of(marker, 3).kill()
-        killed["at"] = time.time()
-    after_step(tmp_path, 3, 1, kill)
+    killed = signal_after_step(marker, tmp_path, 3, 1, signal.SIGKILL)
     with pytest.raises(JobFailed) as info:
         run_job(small(ci_config), progress="none", run_root=tmp_path)
     err = info.value
