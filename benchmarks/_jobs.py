@@ -22,7 +22,8 @@ import numpy as np
 
 from helpers.config import JobConfig
 from helpers.errors import JobFailed
-from helpers.launch import (find_msrun, free_port, job_env, load_result, log_tail, msrun_command, stop_job)
+from helpers.job_processes import stop_job
+from helpers.launch import find_msrun, free_port, job_env, load_result, log_tail, msrun_command
 from helpers.paths import new_run_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"

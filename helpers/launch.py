@@ -15,7 +15,6 @@ import json
 import logging
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -25,23 +24,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import psutil
 
 from helpers.config import JobConfig
 from helpers.errors import ConfigError, JobFailed
-from helpers.metrics import MetricsTail, metrics_path, read_records
+from helpers.metrics import metrics_path, read_records
 from helpers.paths import code_root, new_run_dir, resolve
 from helpers.progress import make_progress
 from helpers.input_checks import check_job_inputs
+from helpers.job_processes import JOB_ID_ENV, end_orphan_job, stop_job
 from helpers.job_registry import register, reap_orphans, unregister
 from helpers.job_watch import JobWatch, Verdict, log_tail
 from helpers.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV, process_start
 
 log = logging.getLogger(__name__)
 
-JOB_ID_ENV = "COURSE_JOB_ID"
 POLL_S = 0.5
-GRACE_S = 8.0           # after SIGINT, how long msrun gets to stop its workers before the sweep
 FAIL_GRACE_S = 2.0      # a failed job: how long msrun gets to stop its workers before the sweep
 FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise before the job is ended
 
@@ -232,61 +229,6 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
     return JobResult(run_dir, cfg, returncode, wall_s, steps, summaries)
 
 
-# ---------------------------------------------------------------- processes of a job
-def processes_with_env(name: str, value: str) -> list[psutil.Process]:
-    """Every live process (but this one) whose environment has ``name=value``: a job's processes by its
-    id, by msrun's ``MS_SCHED_PORT``, or anything a test started with a marker of its own."""
-    found = []
-    for p in psutil.process_iter(["pid"]):
-        try:
-            if p.pid != os.getpid() and p.environ().get(name) == value:
-                found.append(p)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
-
-
-def kill_processes_with_env(name: str, value: str, rounds: int = 3, wait_s: float = 3.0) -> list[psutil.Process]:
-    """SIGKILL every process carrying ``name=value`` (a process may fork while we kill: a few rounds);
-    returns what is still alive (nothing, normally)."""
-    for _ in range(rounds):
-        left = processes_with_env(name, value)
-        if not left:
-            return []
-        for p in left:
-            try:
-                p.kill()
-            except psutil.NoSuchProcess:
-                pass
-        psutil.wait_procs(left, timeout=wait_s)
-    return processes_with_env(name, value)
-
-
-def job_processes(job_id: str) -> list[psutil.Process]:
-    """Every live process whose environment carries this job's id (msrun, scheduler, workers, helpers)."""
-    return processes_with_env(JOB_ID_ENV, job_id)
-
-
-def stop_job(procs: list[subprocess.Popen], job_id: str, grace_s: float = GRACE_S) -> None:
-    """SIGINT to msrun, wait up to ``grace_s``, then SIGKILL whatever of the job is still alive."""
-    for p in procs:
-        if p.poll() is None:
-            try:
-                p.send_signal(signal.SIGINT)
-            except ProcessLookupError:
-                pass
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
-        if all(p.poll() is not None for p in procs) and not job_processes(job_id):
-            break
-        time.sleep(0.25)
-    kill_processes_with_env(JOB_ID_ENV, job_id)
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
-
-
 def _wait_exit(procs, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and any(p.poll() is None for p in procs):
@@ -358,13 +300,6 @@ def watch_job(cfg: JobConfig, run_dir: Path, procs, bar, job_id: str, t0: float)
                                                       "(config timeout_s)"), cfg)
 
 
-def end_orphan_job(job_id: str) -> int:
-    """SIGKILL what is left of a job whose launcher died; returns how many processes were still alive."""
-    found = len(job_processes(job_id))
-    kill_processes_with_env(JOB_ID_ENV, job_id)
-    return found
-
-
 def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
             launches: list[dict] | None = None) -> JobResult:
     """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
@@ -403,7 +338,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     try:
         for i, spec in enumerate(launches):
             procs.append(start_msrun(cfg, spec, i, len(launches), run_dir, config_path, msrun, env))
-        watch = watch_job(cfg, run_dir, procs, bar, job_id, t0)
+        watch_job(cfg, run_dir, procs, bar, job_id, t0)
     except KeyboardInterrupt:
         stop_job(procs, job_id)
         bar.close("interrupted")

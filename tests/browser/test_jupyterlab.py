@@ -29,7 +29,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers.launch import kill_processes_with_env, processes_with_env
+from helpers.job_processes import kill_processes_with_env, processes_with_env
 
 pytestmark = pytest.mark.browser
 

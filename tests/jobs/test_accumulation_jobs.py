@@ -6,7 +6,8 @@ tests/notebooks/test_ch02.py rather than run twice in CI."""
 import pytest
 
 from helpers.errors import JobFailed
-from helpers.launch import processes_with_env, run_job
+from helpers.job_processes import processes_with_env
+from helpers.launch import run_job
 from helpers.memory_measure import cap_below, job_memory
 
 pytestmark = pytest.mark.jobs

@@ -16,7 +16,8 @@ import psutil
 import pytest
 
 from helpers.errors import JobFailed
-from helpers.launch import end_orphan_job, processes_with_env, run_job
+from helpers.job_processes import end_orphan_job, processes_with_env
+from helpers.launch import run_job
 from helpers.metrics import read_records
 
 pytestmark = pytest.mark.jobs

@@ -1,7 +1,7 @@
 """Real msrun jobs through the launcher: success, a failing rank, a timeout, an interrupt, two at once.
 
 After every failure no process of the job may be left: checked by the job's MS_SCHED_PORT (msrun puts it in
-every rank's environment; ``helpers.launch.processes_with_env`` finds them) and by the launcher's own job id
+every rank's environment; ``helpers.job_processes.processes_with_env`` finds them) and by the launcher's own job id
 (what ``helpers.launch`` ends a job by, see its module docstring).
 """
 
@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from helpers.errors import JobFailed
-from helpers.launch import processes_with_env, run_job
+from helpers.job_processes import processes_with_env
+from helpers.launch import run_job
 from helpers.metrics import read_records
 
 pytestmark = pytest.mark.jobs
