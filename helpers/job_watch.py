@@ -127,11 +127,13 @@ class JobWatch:
                 self.vanished.setdefault(r, now)
 
     def rank_exits(self) -> dict[int, dict]:
-        return {int(w): rec for w, rec in self.exits.items() if w.isdigit()}
+        """Bad exits of ranks that had not finished (a rank dying in MindSpore's teardown after its summary
+        did its work: it is not a failure of the job)."""
+        return {int(w): rec for w, rec in self.exits.items() if w.isdigit() and int(w) not in self.summaries}
 
     def signs(self) -> bool:
         """Any sign that the job failed: a failure record, a rank or the scheduler exiting badly, a vanished rank."""
-        return bool(self.failures or self.exits or any(
+        return bool(self.failures or self.rank_exits() or "scheduler" in self.exits or any(
             time.monotonic() - t >= VANISH_GRACE_S for t in self.vanished.values()))
 
     def verdict(self, final: bool = False) -> Verdict | None:

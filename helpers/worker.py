@@ -26,7 +26,9 @@ from helpers.metrics import MetricsWriter
 # 2.10 wheel's own libraries (libmindspore_ms_backend, libmindspore_gpu.so.11.x, libmindspore_ops_ascend).
 OOM_MARKERS = ("memory not enough", "memoryerror", "could not create a primitive", "out of memory",
                "memory isn't enough", "allocate device memory failed", "cublas_status_alloc_failed",
-               "cudaerrormemoryallocation", "malloc mem from mem pool failed")
+               "cudaerrormemoryallocation", "malloc mem from mem pool failed",
+               # PyNative's CPU pool (op_runner.cc MallocForKernelOutput, cpu_memory_pool.cc AllocDeviceMem)
+               "allocate output memory failed", "allocate memory failed", "malloc memory failed")
 
 
 def failure_kind(text: str) -> str:

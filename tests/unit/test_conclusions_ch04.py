@@ -1,11 +1,11 @@
 """helpers.conclusions.ch04: each claim's sentence is chosen from the recorded numbers, for both outcomes."""
 
-import copy
 import json
 
 import pytest
 
 from helpers.conclusions import as_records, ch04, failed
+from tests.unit.claim_cases import with_values
 
 IM2COL = ["Im2Col", "BatchMatMul", "MatMul", "Col2Im", "Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"]
 
@@ -43,14 +43,7 @@ def by_id(r):
 
 def changed(**paths):
     """ci_results() with ``a__b=value`` set at r[a][b]."""
-    r = copy.deepcopy(ci_results())
-    for path, v in paths.items():
-        keys = path.split("__")
-        d = r
-        for k in keys[:-1]:
-            d = d[k]
-        d[keys[-1]] = v
-    return r
+    return with_values(ci_results(), **paths)
 
 
 def test_ci_run_has_enough_claims_none_failed_and_records_as_json():

@@ -302,3 +302,52 @@ def test_reference_command_line_carries_the_cap(monkeypatch, tmp_path):
     assert H._main(cmd[cmd.index("reference"):]) == 0
     assert seen == {"run_dir": str(tmp_path), "steps": 2, "follow": str(tmp_path / "t")}
     assert json.loads((tmp_path / "reference_follow_losses.json").read_text())["steps"] == 2
+
+
+# ------------------------------------------------------------------ the out-of-memory experiment's sizing
+
+
+def test_classifier_saving_is_the_bytes_a_split_rank_no_longer_holds():
+    # 400,000 classes x (64 features + bias) x 4 bytes = 104,000,000 bytes under data parallel; half of it on mp=2
+    assert H.classifier_saving_mb(64, 400_000, S.Layout(4, 2)) == pytest.approx(52_000_000 / 2**20)
+    assert H.classifier_saving_mb(64, 400_000, S.Layout(2, 4)) == pytest.approx(78_000_000 / 2**20)
+    assert H.classifier_saving_mb(64, 400_000, S.Layout(8, 1)) == 0
+
+
+def test_cap_sits_between_the_measured_peaks():
+    # measured (ci model, 400,000 classes, 8 ranks, one step): 8x1 peaked at 3326 MB, 4x2 at 3215 MB; under
+    # 3290 MB 8x1 failed with an out-of-memory error and 4x2 trained
+    saving = H.classifier_saving_mb(64, 400_000, S.Layout(4, 2))
+    cap = H.cap_between(3326.25, saving)
+    assert cap == 3289
+    assert 3326.25 - cap > 30 and cap - 3215.3 > saving        # room on both sides of the cap
+    with pytest.raises(ConfigError, match="nothing for a cap to tell apart"):
+        H.cap_between(3326.25, 0.0)
+
+
+def test_classifier_oom_refuses_layouts_that_compare_nothing(cfg, tmp_path):
+    with pytest.raises(ConfigError, match="mp = 1"):
+        H.classifier_oom(cfg, S.Layout(4, 2), S.Layout(4, 2), 400_000, tmp_path)
+    with pytest.raises(ConfigError, match="mp > 1"):
+        H.classifier_oom(cfg, S.Layout(8, 1), S.Layout(8, 1), 400_000, tmp_path)
+
+
+def test_a_failed_pool_allocation_is_an_oom_record():
+    """The PyNative runtime's texts for a failed CPU pool allocation (measured under the cap, raised as a plain
+    RuntimeError) are what the worker's failure record calls ``oom``; other errors stay crashes."""
+    from helpers.worker import failure_kind
+
+    measured = ("RuntimeError: Allocate output memory failed, alloc node:Default/Im2Col-op0 alloc size:884736B",
+                "cpu_memory_pool.cc:76] AllocDeviceMem] malloc memory failed.")
+    for text in measured:
+        assert failure_kind(text) == "oom"
+    assert failure_kind("RuntimeError: Resource temporarily unavailable") == "crash"
+
+
+def test_oom_message_drops_the_log_tail():
+    from helpers.errors import JobFailed
+
+    exc = JobFailed("oom", "MemoryError: no room", 3, "line 1\nline 2", "/runs/x")
+    msg = H.oom_message(exc)
+    assert msg.startswith("job oom on rank 3: MemoryError: no room") and "line 1" not in msg
+    assert H.oom_message(None) == "(the job finished: no failure)"

@@ -1,0 +1,110 @@
+"""Chapter 03's conclusions, built from the values the notebook records (``results/03_hybrid_parallel.json``).
+
+``build(r)`` takes that dict and returns the claims. Mechanisms, which must hold at any scale: every hybrid update
+is the single-process update from the same weights (within ``TOLERANCE``); a rank's classifier bytes are divided by
+the layout's ``mp``; the checkpoint merged by MindSpore equals the hand-assembled shards; a strategy file for another
+world size is refused before launch; under a per-rank memory cap sized from the measured runs, data parallel fails
+with an out-of-memory error and the hybrid layout fits. Observation (expects nothing): the throughput of the two
+layouts, both on the CPU path (PyNative, explicit collectives), which is not comparable with the GRAPH-mode
+``DATA_PARALLEL`` jobs of the other chapters.
+"""
+
+from __future__ import annotations
+
+from helpers.conclusions import Claim, claim
+
+TOLERANCE = 1e-5        # float32 rounding of one update is ~1e-7; a wrong split is off by 1e-3 or more
+TIE = 0.05              # throughput ratios within 5% are called a tie (a few PyNative steps on a shared machine)
+
+
+def _mp(name: str) -> int:
+    return int(str(name).split("x")[1])
+
+
+def reference_claim(r: dict) -> Claim:
+    d, loss = r.get("max_param_diff_vs_reference"), r.get("max_loss_diff_vs_reference")
+    hyb, n = r["hybrid_layout"], len(r.get("param_diff_vs_reference_per_step") or [])
+    if d is None:
+        return claim("hybrid_equals_reference", None,
+                     "The step-by-step comparison with one process did not run on {device}: it needs the weights the "
+                     "CPU path saves after each update.", device=r.get("device_target", "this device"))
+    return claim("hybrid_equals_reference", d <= TOLERANCE and loss <= TOLERANCE,
+                 "Each of the {n} updates of the {hyb} run is the single-process update from the same weights: largest "
+                 "weight difference {d:.1e}, largest per-rank loss difference {loss:.1e} (tolerance {tol:.0e}).",
+                 "The {hyb} run is not the single-process update: largest weight difference {d:.1e}, per-rank loss "
+                 "difference {loss:.1e}, above the tolerance {tol:.0e}.",
+                 n=n, hyb=hyb, d=d, loss=loss, tol=TOLERANCE)
+
+
+def bytes_claim(r: dict) -> Claim:
+    b, hyb, dp = r["classifier_param_bytes_per_rank"], r["hybrid_layout"], r["dp_layout"]
+    mp = _mp(hyb)
+    return claim("classifier_bytes_divided_by_mp", b["hybrid"] * mp == b["dp"],
+                 "Each rank of the {hyb} run held {h:,} bytes of classifier against {d:,} under {dp}: exactly 1/{mp}.",
+                 "Each rank of the {hyb} run held {h:,} bytes of classifier against {d:,} under {dp}: {ratio:.3f}x, "
+                 "not 1/{mp}.", hyb=hyb, dp=dp, h=b["hybrid"], d=b["dp"], mp=mp, ratio=b["hybrid"] / b["dp"])
+
+
+def checkpoint_claim(r: dict) -> Claim:
+    d = r["merged_checkpoint_max_diff"]
+    return claim("merged_checkpoint_identical", d == 0.0,
+                 "MindSpore's `transform_checkpoints` merged the {hyb} ranks' shards into exactly the hand-assembled "
+                 "weights (largest difference {d}); re-split for {resume}, they resumed training there.",
+                 "The checkpoint merged by `transform_checkpoints` differs from the hand-assembled shards by {d:.1e}.",
+                 hyb=r["hybrid_layout"], d=d, resume=r["resumed_on_layout"])
+
+
+def strategy_claim(r: dict) -> Claim:
+    return claim("bad_strategy_rejected", bool(r["bad_strategy_rejected"]),
+                 "A strategy file written for 4 cards was refused before launch for {world} ranks, and 10 classes "
+                 "could not be split 4 ways.",
+                 "A strategy file that does not fit the job (4 cards offered to {world} ranks, or 10 classes split 4 "
+                 "ways) was accepted.", world=r.get("world_size", 8))
+
+
+def oom_claims(r: dict) -> list[Claim]:
+    o = r["oom"]
+    f = dict(classes=o["num_classes"], dp=o["dp_layout"], hyb=o["hybrid_layout"], cap=o["cap_mb"],
+             dp_peak=o["dp_vms_peak_mb"], hyb_peak=o["hybrid_vms_peak_mb"], above=o["margin_above_mb"],
+             below=o["margin_below_mb"], kind=o["error_kind"], db=o["dp_classifier_bytes"],
+             hb=o["hybrid_classifier_bytes"])
+    oom = bool(r["dp_oom_reproduced"])
+    fits = bool(r["hybrid_fits_under_cap"])
+    fail_text = ("failed with a different error (JobFailed kind '{kind}')" if o["error_kind"] else "finished")
+    return [
+        claim("dp_oom_under_cap", oom,
+              "With {classes:,} classes, data parallel ({dp}, {db:,} bytes of classifier per rank) needed {dp_peak:.0f} MB "
+              "of address space per rank without a cap, and under a {cap} MB cap ({above:.0f} MB below that) it failed "
+              "with JobFailed kind '{kind}'.",
+              "With {classes:,} classes, data parallel ({dp}) needed {dp_peak:.0f} MB per rank without a cap; under a "
+              "{cap} MB cap it " + fail_text + ", not an out-of-memory failure.", **f),
+        claim("hybrid_fits_under_cap", fits,
+              "The {hyb} layout ({hb:,} bytes of classifier per rank) trained under the same {cap} MB cap, peaking at "
+              "{hyb_peak:.0f} MB, {below:.0f} MB below it.",
+              "The {hyb} layout ({hb:,} bytes of classifier per rank) did not fit under the same {cap} MB cap "
+              + ("(peak {hyb_peak:.0f} MB)." if o["hybrid_vms_peak_mb"] is not None else
+                 "(JobFailed kind '{hyb_kind}')."), hyb_kind=o.get("hybrid_error_kind"), **f),
+    ]
+
+
+def throughput_claim(r: dict) -> Claim:
+    hyb, dp = r["hybrid_layout"], r["dp_layout"]
+    a, b = r["img_per_s"][hyb], r["img_per_s"][dp]
+    ratio = a / b
+    word = ("as fast as (within {tie:.0%})" if abs(ratio - 1) <= TIE else
+            "{pct:.0f}% faster than" if ratio > 1 else "{pct:.0f}% slower than")
+    return claim("throughput_same_path", None,
+                 "Both layouts ran the same path, {path}: {hyb} trained {a:.1f} img/s, " + word + " {dp} at {b:.1f} "
+                 "img/s. Neither number compares with the compiled GRAPH-mode DATA_PARALLEL jobs of chapters 00-02, "
+                 "which do not run operator by operator.",
+                 path=r.get("hybrid_path_short", "PyNative with explicit collectives"), hyb=hyb, dp=dp, a=a, b=b,
+                 ratio=ratio, pct=abs(ratio - 1) * 100, tie=TIE)
+
+
+def build(r: dict) -> list[Claim]:
+    """The chapter's claims from its recorded values (``r``: the dict ``record_results`` writes)."""
+    out = [reference_claim(r), bytes_claim(r), checkpoint_claim(r), strategy_claim(r)]
+    if r.get("oom") is not None:
+        out += oom_claims(r)
+    out.append(throughput_claim(r))
+    return out
