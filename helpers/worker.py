@@ -295,6 +295,19 @@ def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
     return step_times
 
 
+def leave_together(world: int) -> None:
+    """CPU: wait until every rank is done (a one-number AllReduce) before tearing down. A rank that exits while
+    its peers still work can die in MindSpore's communication thread (SIGSEGV in ``RECV_EVENT_LOOP``) after
+    writing its summary, and msrun then kills the peers: seen with uneven checkpoint saves (chapter 03) and with
+    a one-step job without gradient reduction (chapter 04), where ranks finish seconds apart."""
+    import mindspore as ms
+    from mindspore import ops
+    from mindspore.communication import GlobalComm
+
+    if world > 1 and GlobalComm.INITED and ms.get_context("device_target") == "CPU":
+        ops.AllReduce()(ms.Tensor(np.ones(1, np.float32))).asnumpy()
+
+
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     cfg_path = Path(argv[0])
@@ -318,6 +331,7 @@ def main(argv=None) -> int:
         else:
             summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
         out.write("summary", **summary)
+        leave_together(world)
     return 0
 
 
