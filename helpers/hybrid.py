@@ -167,6 +167,17 @@ def cap_between(dp_vms_peak_mb: float, saving_mb: float) -> int:
     return int(dp_vms_peak_mb - CAP_BELOW_DP * saving_mb)
 
 
+OOM_CLASSIFIER_BYTES = 102_400_000   # ~100 MB of fp32 classifier: ResNet-50 at 12,500 classes
+
+
+def oom_classes(cfg, classifier_bytes: int = OOM_CLASSIFIER_BYTES) -> int:
+    """How many classes make the classifier weigh ``classifier_bytes`` of fp32 on ``cfg``'s backbone (ci: 400,000
+    on 64 features; cpu: 200,000 on 128; ResNet-50: 12,500 on 2,048): the same pressure on every preset."""
+    from helpers.resnet_layout import feature_width
+
+    return int(round(classifier_bytes / (4 * feature_width(cfg.arch, cfg.width)), -2))
+
+
 def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: int, work, steps: int = 1,
                    progress: str = "auto") -> dict:
     """The failure hybrid parallel fixes, for real: a classifier of ``num_classes`` (the data's classes padded

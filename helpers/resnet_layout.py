@@ -12,3 +12,9 @@ ARCHS = {
 }
 EXPANSION = {"basic": 1, "bottleneck": 4}
 BASE_WIDTHS = (64, 128, 256, 512)
+
+
+def feature_width(arch: str, width: float) -> int:
+    """The classifier's input size: the last stage's channels, scaled exactly as ``helpers.models`` does."""
+    kind, _ = ARCHS[arch]
+    return max(1, int(round(BASE_WIDTHS[-1] * width))) * EXPANSION[kind]

@@ -351,3 +351,10 @@ def test_oom_message_drops_the_log_tail():
     msg = H.oom_message(exc)
     assert msg.startswith("job oom on rank 3: MemoryError: no room") and "line 1" not in msg
     assert H.oom_message(None) == "(the job finished: no failure)"
+
+
+def test_the_oom_classifier_weighs_the_same_on_every_backbone():
+    from helpers.config import job_config
+
+    sizes = {p: H.oom_classes(job_config(p, rehearse=p == "gpu8")) for p in ("ci", "cpu", "gpu8")}
+    assert sizes == {"ci": 400_000, "cpu": 200_000, "gpu8": 12_500}   # 64, 128 and 2,048 features x 4 bytes
