@@ -8,17 +8,22 @@ from helpers.config import job_config
 from helpers.memory_measure import cap_below, fit_slope, planner_vs_measured
 
 
-@pytest.fixture(scope="module")
-def local_check():
+def check_on_random_batch(seed: int, **model):
+    """``check_local`` on 8 random 16 px images split into 4 micro-batches, on CPU."""
     import mindspore as ms
 
     from helpers.gradcheck import check_local
 
     ms.set_device("CPU")
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     images = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
     labels = rng.integers(0, 10, 8).astype(np.int32)
-    return check_local(images, labels, k=4, arch=None, builtin=True)
+    return check_local(images, labels, k=4, **model)
+
+
+@pytest.fixture(scope="module")
+def local_check():
+    return check_on_random_batch(0, arch=None, builtin=True)
 
 
 def test_accumulated_gradient_equals_full_batch_without_batchnorm(local_check):
@@ -121,15 +126,7 @@ def test_onednn_conv_kernels_reads_the_verbose_lines():
 
 @pytest.fixture(scope="module")
 def resnet_check():
-    import mindspore as ms
-
-    from helpers.gradcheck import check_local
-
-    ms.set_device("CPU")
-    rng = np.random.default_rng(1)
-    images = rng.standard_normal((8, 3, 16, 16)).astype(np.float32)
-    labels = rng.integers(0, 10, 8).astype(np.int32)
-    return check_local(images, labels, k=4, arch="resnet18", width=0.125, stem="small", builtin=False)
+    return check_on_random_batch(1, arch="resnet18", width=0.125, stem="small", builtin=False)
 
 
 def test_batchnorm_in_training_mode_breaks_equivalence_and_frozen_batchnorm_restores_it(resnet_check):
