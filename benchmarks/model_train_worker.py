@@ -62,7 +62,8 @@ def main(argv=None) -> int:
         import mindspore.dataset as ds
 
         from benchmarks._steptimer import StepTimer
-        from helpers.data import build_dataset, scan_split
+        from helpers.data import build_dataset
+        from helpers.image_folder import scan_split
         from helpers.models import build_model
 
         ds.config.set_seed(cfg.seed)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers.data import IMAGE_EXTENSIONS, is_image_file
+from helpers.image_folder import IMAGE_EXTENSIONS, is_image_file
 from helpers.paths import resolve
 
 APPLEDOUBLE = "macOS '._' files"       # the finding's name (prepare_data leaves these to the image check)

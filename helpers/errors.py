@@ -8,6 +8,20 @@ from __future__ import annotations
 
 FAILURE_KINDS = ("crash", "oom", "killed", "hang", "timeout", "interrupted")
 
+# How MindSpore's CPU pool, oneDNN and Python say memory ran out, and the device allocators' texts found in the
+# 2.10 wheel's own libraries (libmindspore_ms_backend, libmindspore_gpu.so.11.x, libmindspore_ops_ascend).
+OOM_MARKERS = ("memory not enough", "memoryerror", "could not create a primitive", "out of memory",
+               "memory isn't enough", "allocate device memory failed", "cublas_status_alloc_failed",
+               "cudaerrormemoryallocation", "malloc mem from mem pool failed",
+               # PyNative's CPU pool (op_runner.cc MallocForKernelOutput, cpu_memory_pool.cc AllocDeviceMem)
+               "allocate output memory failed", "allocate memory failed", "malloc memory failed")
+
+
+def failure_kind(text: str) -> str:
+    """``oom`` when the error text is one of the ways MindSpore/oneDNN report exhausted memory."""
+    low = text.lower()
+    return "oom" if any(m in low for m in OOM_MARKERS) else "crash"
+
 
 class CourseError(Exception):
     """Base class of every error the helpers raise on purpose."""

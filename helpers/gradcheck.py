@@ -218,7 +218,8 @@ def run_task(cfg, rank: int, world: int) -> dict:
     from mindspore import context
     from mindspore.context import ParallelMode
 
-    from helpers.data import build_dataset, scan_split
+    from helpers.data import build_dataset
+    from helpers.image_folder import scan_split
     from helpers.models import build_model
 
     parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)

@@ -95,7 +95,7 @@ def write_layout_strategy(cfg, layout: Layout, path, num_classes: int | None = N
 
 
 def _num_classes(cfg) -> int:
-    from helpers.data import scan_split
+    from helpers.image_folder import scan_split
 
     found = len(scan_split(cfg.data_dir, "train").classes)
     want = getattr(cfg, "num_classes", None) or found

@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.data import is_image_file
+from helpers.image_folder import is_image_file
 from helpers.errors import DataError
 from helpers.paths import resolve
 

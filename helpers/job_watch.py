@@ -12,7 +12,7 @@ import psutil
 from helpers.heartbeat import read_beat
 from helpers.metrics import MetricsTail
 from helpers.stall import RankProgress, frozen_before, stalled_ranks, stuck_ranks
-from helpers.worker import failure_kind
+from helpers.errors import failure_kind
 
 PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "summary")
 VANISH_GRACE_S = 2.0    # a worker gone without an exit file or summary: wait this long for its records

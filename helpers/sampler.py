@@ -376,7 +376,7 @@ class StratifiedDistributedSampler(ds.Sampler):
 
         The order is ``ImageFolderDataset``'s: sorted class folders, then their files.
         """
-        from helpers.data import scan_split
+        from helpers.image_folder import scan_split
 
         split_dir = Path(split_dir)
         index = scan_split(split_dir.parent, split_dir.name)

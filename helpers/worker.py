@@ -20,22 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from helpers.config import JobConfig
+from helpers.errors import failure_kind
 from helpers.metrics import MetricsWriter
-
-# How MindSpore's CPU pool, oneDNN and Python say memory ran out, and the device allocators' texts found in the
-# 2.10 wheel's own libraries (libmindspore_ms_backend, libmindspore_gpu.so.11.x, libmindspore_ops_ascend).
-OOM_MARKERS = ("memory not enough", "memoryerror", "could not create a primitive", "out of memory",
-               "memory isn't enough", "allocate device memory failed", "cublas_status_alloc_failed",
-               "cudaerrormemoryallocation", "malloc mem from mem pool failed",
-               # PyNative's CPU pool (op_runner.cc MallocForKernelOutput, cpu_memory_pool.cc AllocDeviceMem)
-               "allocate output memory failed", "allocate memory failed", "malloc memory failed")
-
-
-def failure_kind(text: str) -> str:
-    """``oom`` when the error text is one of the ways MindSpore/oneDNN report exhausted memory."""
-    low = text.lower()
-    return "oom" if any(m in low for m in OOM_MARKERS) else "crash"
-
 
 @contextmanager
 def recording_failures(out: MetricsWriter):
@@ -196,7 +182,8 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     from mindspore import context
     from mindspore.context import ParallelMode
 
-    from helpers.data import build_dataset, scan_split
+    from helpers.data import build_dataset
+    from helpers.image_folder import scan_split
 
     parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
     if not cfg.grad_reduce:   # no DistributedGradReducer, so no gradient AllReduce: each rank trains alone

@@ -3,7 +3,8 @@ import pytest
 
 from data_prep.digits import write_digits
 from helpers.config import job_config
-from helpers.data import build_dataset, prepare_data, scan_split
+from helpers.data import build_dataset, prepare_data
+from helpers.image_folder import scan_split
 from helpers.errors import DataError
 
 

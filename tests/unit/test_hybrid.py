@@ -335,7 +335,7 @@ def test_classifier_oom_refuses_layouts_that_compare_nothing(cfg, tmp_path):
 def test_a_failed_pool_allocation_is_an_oom_record():
     """The PyNative runtime's texts for a failed CPU pool allocation (measured under the cap, raised as a plain
     RuntimeError) are what the worker's failure record calls ``oom``; other errors stay crashes."""
-    from helpers.worker import failure_kind
+    from helpers.errors import failure_kind
 
     measured = ("RuntimeError: Allocate output memory failed, alloc node:Default/Im2Col-op0 alloc size:884736B",
                 "cpu_memory_pool.cc:76] AllocDeviceMem] malloc memory failed.")

@@ -13,7 +13,8 @@ from PIL import Image
 
 import helpers.image_checks as ic
 from helpers.config import JobConfig
-from helpers.data import prepare_data, scan_split
+from helpers.data import prepare_data
+from helpers.image_folder import scan_split
 from helpers.data_checks import check_imagenet_layout
 from helpers.errors import DataError
 

@@ -9,7 +9,7 @@ import pytest
 from data_prep.fake_imagenet import write_fake_imagenet
 from data_prep.imagenet_val import main as val_main
 from data_prep.imagenet_val import sort_val
-from helpers.data import IMAGE_EXTENSIONS, scan_split
+from helpers.image_folder import IMAGE_EXTENSIONS, scan_split
 from helpers.data_checks import check_imagenet_layout
 from helpers.errors import DataError
 

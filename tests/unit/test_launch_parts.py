@@ -15,7 +15,7 @@ from helpers.metrics import MetricsTail, MetricsWriter, read_records
 from helpers.progress import TextProgress
 from helpers.report import md_table
 from helpers.results import load_results, record_results
-from helpers.worker import failure_kind
+from helpers.errors import failure_kind
 
 
 def test_msrun_command_carries_the_job_contract(tmp_path):
