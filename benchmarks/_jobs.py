@@ -1,11 +1,11 @@
 """What the side-by-side benchmarks share: launching any script as an 8-rank msrun job, steady-state
 throughput from per-rank step records, machine facts (cores, load average) and writing the results JSON.
 
-``launch_script`` is ``helpers.launch.run_job`` for a script other than ``helpers.worker`` (MindSpore's
+``launch_script`` is ``helpers.job.launch.run_job`` for a script other than ``helpers.train.worker`` (MindSpore's
 ``Model.train``, mindcv's pipeline, or our own worker with extra msrun flags such as ``--bind_core``): the
 same config file, environment and run-directory layout, msrun from any environment, every process of the
 job swept at the end (by the job's id, as ``run_job`` does). The script writes the same metrics files as
-our worker (``helpers.metrics.MetricsWriter``), so both are read back with ``helpers.launch.load_result``.
+our worker (``helpers.core.metrics.MetricsWriter``), so both are read back with ``helpers.job.launch.load_result``.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.config import JobConfig
-from helpers.errors import JobFailed
-from helpers.job_processes import stop_job
-from helpers.launch import find_msrun, free_port, job_env, load_result, log_tail, msrun_command
-from helpers.paths import new_run_dir
+from helpers.core.config import JobConfig
+from helpers.core.errors import JobFailed
+from helpers.job.processes import stop_job
+from helpers.job.launch import find_msrun, free_port, job_env, load_result, log_tail, msrun_command
+from helpers.core.paths import new_run_dir
 
 RESULTS = Path(__file__).resolve().parent / "results"
 REPO = Path(__file__).resolve().parents[1]
@@ -35,9 +35,9 @@ def machine() -> dict:
     """Cores, load average and time of the measurement (absolute speeds on a shared machine are noise)."""
     import platform
 
-    from helpers.conv_choice import _cpu_name
+    from helpers.train.conv_autoselect import cpu_name
 
-    return {"cores": os.cpu_count(), "cpu": _cpu_name(), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+    return {"cores": os.cpu_count(), "cpu": cpu_name(), "load_avg_1_5_15": [round(x, 2) for x in os.getloadavg()],
             "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M"),
             "python": platform.python_version()}
 
@@ -53,8 +53,8 @@ def steady_img_per_s(res, skip: int = SKIP_STEPS) -> float:
 
 def resolved(cfg: JobConfig) -> JobConfig:
     """What ``run_job`` does before it starts: make the stand-in data, resolve ``conv_impl="auto"``."""
-    from helpers.conv_choice import resolve_conv_impl
-    from helpers.data import prepare_data
+    from helpers.train.conv_autoselect import resolve_conv_impl
+    from helpers.train.data import prepare_data
 
     prepare_data(cfg)
     if cfg.conv_impl == "auto":
@@ -66,7 +66,7 @@ def launch_script(cfg: JobConfig, script: list[str], root: Path, msrun_flags: tu
                   python_bin: str | None = None):
     """Run ``python -u <script...> <run_dir>/config.json`` on ``cfg.world_size`` ranks via msrun.
 
-    ``script`` is e.g. ``["benchmarks/model_train_worker.py", "--sink", "0"]`` or ``["-m", "helpers.worker"]``;
+    ``script`` is e.g. ``["benchmarks/model_train_worker.py", "--sink", "0"]`` or ``["-m", "helpers.train.worker"]``;
     the config path is appended last. ``python_bin``: the bin folder of another environment (its msrun
     and its python start the job). Returns a ``JobResult``; raises ``JobFailed`` with the rank-0 log tail.
     """

@@ -3,7 +3,7 @@
 Per step: ``step_s`` = time since the previous step ended (for step 0: since ``on_train_begin``), so it holds
 the wait for the batch as our worker's ``step_s`` does; ``compute_s`` = step begin to step end. The loss is
 read with ``asnumpy()`` (a sync, as our worker does). After ``steps`` steps it asks ``Model.train`` to stop.
-Imports nothing but MindSpore and ``helpers.metrics``, so it also runs in the mindcv environment.
+Imports nothing but MindSpore and ``helpers.core.metrics``, so it also runs in the mindcv environment.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import time
 import numpy as np
 from mindspore.train import Callback
 
-from helpers.metrics import MetricsWriter
+from helpers.core.metrics import MetricsWriter
 
 
 def _loss_value(outputs) -> float:

@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._jobs import machine
-from helpers.config import job_config
-from helpers.launch import run_job
-from helpers.memory_measure import job_memory, job_throughput, planner_vs_measured, sweep
+from helpers.core.config import job_config
+from helpers.job.launch import run_job
+from helpers.topics.memory_runs import job_memory, job_throughput, planner_vs_measured, sweep
 
 CASES = {
     "oom_experiment": dict(conv_impl="im2col", batch_per_rank=96, k=4, steps=3),

@@ -18,9 +18,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from helpers import profiling as prof
-from helpers.config import FUSE_ALL, job_config
-from helpers.launch import run_job
+from helpers.topics import profiling as prof
+from helpers.core.config import FUSE_ALL, job_config
+from helpers.job.launch import run_job
 
 VARIANTS = {"baseline": {}, "fused": FUSE_ALL}
 

@@ -1,6 +1,6 @@
 """Native MindSpore Conv2d vs im2col + MatMul on CPU: the presets' ResNet blocks and a whole train step.
 
-Which one wins depends on the CPU (see helpers.conv_choice): run this on your machine.
+Which one wins depends on the CPU (see helpers.train.conv_autoselect): run this on your machine.
 
 Same parameters, same inputs; forward + backward timed in GRAPH_MODE after a warm-up (compile) call,
 alternating the two implementations. Prints JSON with the native/im2col time ratio (> 1: im2col faster).
@@ -33,7 +33,7 @@ def block_case(width_channels: int, batch: int, image: int, impl: str):
     import mindspore as ms
     from mindspore import ops
 
-    from helpers.models import BasicBlock
+    from helpers.train.models import BasicBlock
 
     ms.set_seed(0)
     block = BasicBlock(width_channels, width_channels, 1, impl)
@@ -46,7 +46,7 @@ def block_case(width_channels: int, batch: int, image: int, impl: str):
 
 
 def main(argv=None):
-    from helpers.conv_choice import _cpu_name, time_train_step
+    from helpers.train.conv_autoselect import cpu_name, time_train_step
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
@@ -58,7 +58,7 @@ def main(argv=None):
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     threads_num(args.threads)
-    from helpers.config import job_config
+    from helpers.core.config import job_config
 
     cases = {}
     for preset in ("ci", "cpu"):
@@ -79,7 +79,7 @@ def main(argv=None):
                                    repeats=args.repeats, threads=args.threads) for impl in ("native", "im2col")}
         rows[f"{preset}: whole train step {cfg.arch} x{cfg.width} batch {cfg.batch_per_rank}"] = {
             "native_s": t["native"], "im2col_s": t["im2col"], "native_over_im2col": t["native"] / t["im2col"]}
-    print(json.dumps({"benchmark": "conv_cpu", "cpu": _cpu_name(), "threads": args.threads, "repeats": args.repeats, "cases": rows},
+    print(json.dumps({"benchmark": "conv_cpu", "cpu": cpu_name(), "threads": args.threads, "repeats": args.repeats, "cases": rows},
                      indent=2))
 
 

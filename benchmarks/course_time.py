@@ -25,15 +25,15 @@ import time
 
 from benchmarks._jobs import RESULTS, machine
 from benchmarks.job_phases import phases_since
-from helpers.paths import resolve
+from helpers.core.paths import resolve
 
 GOALS_S = {"ci": 600.0, "cpu": 2700.0}
 
 
 def startup_floor(preset: str, repeats: int = 2) -> dict:
     """Wall seconds of ``run_job`` on the preset's ranks with nothing to do (median of ``repeats``)."""
-    from helpers.config import job_config
-    from helpers.launch import run_job
+    from helpers.core.config import job_config
+    from helpers.job.launch import run_job
 
     cfg = job_config(preset, name="noop", chapter="floor", task="noop")
     times = []

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks._jobs import save
-from helpers.config import job_config
-from helpers.hybrid import hybrid_config, write_layout_strategy
-from helpers.launch import run_job
-from helpers.strategy import Layout
+from helpers.core.config import job_config
+from helpers.topics.hybrid import hybrid_config, write_layout_strategy
+from helpers.job.launch import run_job
+from helpers.topics.strategy import Layout
 
 OUT = Path(__file__).resolve().parent / "results" / "hybrid.json"
 
@@ -57,7 +57,7 @@ def main(argv=None) -> dict:
             r["classifier_bytes_vs_dp"] = r["classifier_bytes_per_rank"] / ref["classifier_bytes_per_rank"]
     out = {"preset": args.preset, "num_classes": args.classes, "steps": args.steps,
            "global_batch": base.global_batch, "world_size": base.world_size, "arch": base.arch,
-           "width": base.width, "path": "CPU explicit collectives (helpers.hybrid)", "layouts": rows}
+           "width": base.width, "path": "CPU explicit collectives (helpers.topics.hybrid)", "layouts": rows}
     if "2x4" in rows and ref:
         r = rows["2x4"]
         out["goal_2x4"] = {"classifier_bytes_vs_dp_le_0.3": r["classifier_bytes_vs_dp"] <= 0.3,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers.metrics import read_records
+from helpers.core.metrics import read_records
 
 PHASES = ("launch_s", "first_step_s", "rest_s", "exit_s")
 

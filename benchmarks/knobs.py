@@ -6,12 +6,12 @@ Short runs of the preset's model (our worker unless said), alternating ``--repea
 - ``threads_<n>``: ``threads_per_rank=n`` (``mindspore.device_context.cpu.op_tuning.threads_num`` and
   ``OMP_NUM_THREADS`` per rank);
 - ``bind_core``: ``bind_cores=True``, i.e. msrun ``--bind_core`` with a dict pinning rank r to core
-  ``r % cores`` (``helpers.launch.bind_core_map``; checked with taskset). ``--bind_core=True`` binds nothing
+  ``r % cores`` (``helpers.job.launch.bind_core_map``; checked with taskset). ``--bind_core=True`` binds nothing
   here: MindSpore's automatic strategy needs at least one core per worker ("Available CPUs is less than 1.
   Will not enable bind core feature.");
 - ``workers_<n>``: ``dataset_workers=n`` (``num_parallel_workers`` of the dataset and its map);
 - ``model_train_graph`` vs ``model_train_pynative``: GRAPH_MODE vs PYNATIVE_MODE. Our worker has no mode
-  switch (``helpers.worker._setup_runtime`` sets GRAPH_MODE), so the pair runs the ``Model.train`` script
+  switch (``helpers.train.worker._setup_runtime`` sets GRAPH_MODE), so the pair runs the ``Model.train`` script
   (``benchmarks/model_train_worker.py --mode``, preset comm fusion): the ratio is the mode's effect.
 - Dataset sink mode: measured in ``benchmarks.vs_model_train`` (on CPU ``Model.train`` falls back to the
   non-sink loop; our worker has no sink mode).
@@ -33,8 +33,8 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._jobs import RESULTS, SKIP_STEPS, alternate, launch_script, medians, run_record, save
-from helpers.config import job_config
-from helpers.launch import bind_core_map, run_job
+from helpers.core.config import job_config
+from helpers.job.launch import bind_core_map, run_job
 
 MT = "benchmarks/model_train_worker.py"
 
@@ -110,7 +110,7 @@ def main(argv=None) -> dict:
         "best_step_img_per_s": best, "ratios_best_step": ratios_best,
         "margin": args.margin, "recommendation": rec,
         "not_in_the_launcher": {
-            "mode": "helpers.worker._setup_runtime always sets GRAPH_MODE: a mode field would be needed"},
+            "mode": "helpers.train.worker._setup_runtime always sets GRAPH_MODE: a mode field would be needed"},
         "runs": runs, "run_root": str(root)}, args.out)
 
 

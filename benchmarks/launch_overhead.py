@@ -16,8 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from helpers.config import job_config
-from helpers.launch import find_msrun, free_port, job_env, msrun_command, run_job
+from helpers.core.config import job_config
+from helpers.job.launch import find_msrun, free_port, job_env, msrun_command, run_job
 
 
 def bare_msrun(cfg, root: Path) -> float:

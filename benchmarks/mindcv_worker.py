@@ -34,9 +34,9 @@ def main(argv=None) -> int:
     import mindspore as ms
     from mindspore.communication import get_group_size, get_rank, init
 
-    from helpers.config import JobConfig
-    from helpers.metrics import MetricsWriter
-    from helpers.worker import peak_rss_mb, recording_failures
+    from helpers.core.config import JobConfig
+    from helpers.core.metrics import MetricsWriter
+    from helpers.train.worker import peak_rss_mb, recording_failures
 
     cfg = JobConfig.load(args.config)
     run_dir = Path(args.config).parent
@@ -58,7 +58,7 @@ def main(argv=None) -> int:
         from mindcv.utils import create_trainer, get_metrics, set_seed
 
         from benchmarks._steptimer import StepTimer
-        from helpers.paths import resolve
+        from helpers.core.paths import resolve
 
         ms.set_auto_parallel_context(device_num=world, parallel_mode="data_parallel", gradients_mean=True)
         set_seed(cfg.seed, rank)

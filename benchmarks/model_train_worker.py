@@ -1,7 +1,7 @@
 """MindSpore's high-level path on one rank: ``mindspore.train.Model(...).train(...)`` under ``DATA_PARALLEL``.
 
-What a MindSpore user writes instead of our worker: the same network (``helpers.models``), the same data
-pipeline (``helpers.data.build_dataset``: ImageFolderDataset, DistributedSampler sharding, same transforms),
+What a MindSpore user writes instead of our worker: the same network (``helpers.train.models``), the same data
+pipeline (``helpers.train.data.build_dataset``: ImageFolderDataset, DistributedSampler sharding, same transforms),
 the same loss, optimizer and global batch, then ``Model(net, loss_fn, optimizer).train(...)``. Launched by
 msrun (``benchmarks.vs_model_train`` / ``benchmarks.knobs``); writes our worker's metrics records through a
 step-timing callback (``benchmarks._steptimer``), so both are read back the same way.
@@ -39,9 +39,9 @@ def main(argv=None) -> int:
     from mindspore.context import ParallelMode
     from mindspore.train import Model
 
-    from helpers.config import JobConfig
-    from helpers.metrics import MetricsWriter
-    from helpers.worker import peak_rss_mb, recording_failures
+    from helpers.core.config import JobConfig
+    from helpers.core.metrics import MetricsWriter
+    from helpers.train.worker import peak_rss_mb, recording_failures
 
     cfg = JobConfig.load(args.config)
     run_dir = Path(args.config).parent
@@ -62,9 +62,9 @@ def main(argv=None) -> int:
         import mindspore.dataset as ds
 
         from benchmarks._steptimer import StepTimer
-        from helpers.data import build_dataset
-        from helpers.image_folder import scan_split
-        from helpers.models import build_model
+        from helpers.train.data import build_dataset
+        from helpers.train.image_folder import scan_split
+        from helpers.train.models import build_model
 
         ds.config.set_seed(cfg.seed)
         num_classes = len(scan_split(cfg.data_dir, "train").classes)

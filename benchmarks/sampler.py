@@ -1,6 +1,6 @@
 """Stratified split vs MindSpore's DistributedSampler(shuffle=True) at ImageNet scale, labels only.
 
-Prints one JSON object: the time to produce all shards with :func:`helpers.sampler.stratified_shards`
+Prints one JSON object: the time to produce all shards with :func:`helpers.train.sampler.stratified_shards`
 (one call yields every shard), the time to iterate MindSpore's own sampler for the same shards, their
 ratio, and how far each split's worst shard is from the global class mix (max TV). Iterating
 DistributedSampler costs ~0.1 ms per sample on 2 cores, so by default one shard is iterated for real and
@@ -43,8 +43,8 @@ def main() -> dict:
     import mindspore
     import numpy as np
 
-    from helpers.balance import imagenet_shaped_labels, max_tv, step_coverage
-    from helpers.sampler import StratifiedDistributedSampler, shard_indices, stratified_shards
+    from helpers.topics.shard_stats import imagenet_shaped_labels, max_tv, step_coverage
+    from helpers.train.sampler import StratifiedDistributedSampler, shard_indices, stratified_shards
 
     n, b = args.shards, args.batch_per_rank
     labels = imagenet_shaped_labels()

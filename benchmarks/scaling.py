@@ -17,8 +17,8 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._jobs import SKIP_STEPS, alternate, medians, run_record, save
-from helpers.config import job_config
-from helpers.launch import run_job
+from helpers.core.config import job_config
+from helpers.job.launch import run_job
 
 
 def main(argv=None) -> dict:

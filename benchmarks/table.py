@@ -294,9 +294,9 @@ def collect(results_dir: str | Path = RESULTS_DIR) -> dict[str, dict]:
 
 
 def current_machine() -> dict:
-    from helpers.conv_choice import _cpu_name
+    from helpers.train.conv_autoselect import cpu_name
 
-    return {"cores": os.cpu_count(), "cpu": _cpu_name(), "load_avg_1_5_15": list(os.getloadavg()),
+    return {"cores": os.cpu_count(), "cpu": cpu_name(), "load_avg_1_5_15": list(os.getloadavg()),
             "date_utc": _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M")}
 
 

@@ -1,6 +1,6 @@
 """Our worker vs MindSpore's own high-level path, ``Model.train`` under ``DATA_PARALLEL``, on 8 ranks.
 
-Same network (``helpers.models``), same data pipeline and sharding, same loss/optimizer, same global batch,
+Same network (``helpers.train.models``), same data pipeline and sharding, same loss/optimizer, same global batch,
 both launched by msrun; the variants alternate ``--repeats`` times (A B C D A B C D). Steady-state img/s =
 global batch / median over steps >= 2 of the slowest rank's step time (both count the wait for the batch).
 ``Model.train`` variants:
@@ -24,8 +24,8 @@ import tempfile
 from pathlib import Path
 
 from benchmarks._jobs import SKIP_STEPS, alternate, launch_script, medians, run_record, save
-from helpers.config import job_config
-from helpers.launch import run_job
+from helpers.core.config import job_config
+from helpers.job.launch import run_job
 
 SCRIPT = "benchmarks/model_train_worker.py"
 MODEL_TRAIN = {"model_train": ["--fusion", "default", "--sink", "0"],

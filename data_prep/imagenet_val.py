@@ -16,7 +16,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from helpers.errors import DataError
+from helpers.core.errors import DataError
 
 
 @dataclass(frozen=True)

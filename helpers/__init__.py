@@ -17,7 +17,7 @@ os.environ.setdefault("GLOG_v", "3")
 
 def _checkout_of(path):
     """The nearest folder at or above ``path`` holding this course's pyproject.toml and a helpers/ package
-    (the same test as ``helpers.paths.checkout_of``, kept stdlib-only and tiny)."""
+    (the same test as ``helpers.core.paths.checkout_of``, kept stdlib-only and tiny)."""
     import tomllib
 
     path = os.path.realpath(path)

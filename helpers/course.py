@@ -2,7 +2,7 @@
 
     python -m helpers.course run [--preset ci|cpu|gpu8] [--rehearse] [--out runs/course] [--only 00 01]
 
-``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.rehearsal``).
+``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.core.rehearsal``).
 
 Executed notebooks go to ``<out>/<stem>.ipynb``, HTML copies to ``<out>/<stem>.html``, each chapter's
 recorded results to ``<out>/results/<stem>.json``, and ``<out>/index.html`` links them all with timings.
@@ -21,7 +21,7 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from helpers.paths import course_home, resolve
+from helpers.core.paths import course_home, resolve
 
 log = logging.getLogger("helpers.course")
 
@@ -101,7 +101,7 @@ def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[
     os.environ.setdefault("COURSE_PROGRESS", "text")   # no widget front end under papermill
     extra = {}
     if rehearse:
-        from helpers.rehearsal import ensure_fake_imagenet, rehearsal_overrides
+        from helpers.core.rehearsal import ensure_fake_imagenet, rehearsal_overrides
 
         rehearsal_overrides(preset)                     # refuses a preset without a rehearsal before any work
         ensure_fake_imagenet()

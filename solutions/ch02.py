@@ -2,7 +2,7 @@
 
 256 images do not fit on one card; split them into equal micro-batches that do. With the planner:
 
-    from helpers.memory import plan_accumulation
+    from helpers.core.memory_planner import plan_accumulation
     plan_accumulation("resnet50", 2048, 8, 16)      # -> (128, 2)
 
 128 images per micro-step, 2 micro-steps per optimizer step: the largest micro-batch that divides 256 and

@@ -11,13 +11,13 @@ os.environ.setdefault("GLOG_v", "3")
 @pytest.fixture(scope="session")
 def standin():
     """The digits stand-in (real images, class-sorted, unequal classes) at the course's data/digits."""
-    from helpers.data import ensure_standin
+    from helpers.train.data import ensure_standin
 
     return ensure_standin()
 
 
 @pytest.fixture()
 def ci_config(standin):
-    from helpers.config import job_config
+    from helpers.core.config import job_config
 
     return job_config("ci", name="test", chapter="tests")

@@ -40,7 +40,7 @@ def claims_markdown(claims: list[Claim]) -> str:
 
 def show_claims(claims: list[Claim]) -> list[dict]:
     """Display the claims as a ✓/✗ list (markdown) and return them as records for ``record_results``."""
-    from helpers.report import show_md
+    from helpers.output.tables import show_md
 
     show_md("**What this run showed**\n\n" + claims_markdown(claims))
     return as_records(claims)

@@ -47,7 +47,7 @@ def conv_benchmark(path="benchmarks/results/conv_cpu.json") -> dict:
     native/im2col time ratios (blocks and whole training steps of the ci and cpu models)."""
     import json
 
-    from helpers.paths import resolve
+    from helpers.core.paths import resolve
 
     data = json.loads(resolve(path).read_text())
     ratios = [c["native_over_im2col"] for c in data["cases"].values()]

@@ -9,7 +9,7 @@ JupyterLab runs on 127.0.0.1 with a random free port and a random token, with te
 dirs, so nothing of the user's Jupyter setup is read or written. The browser is Debian's ``chromium``
 driven by Playwright (``playwright install`` is not used: it downloads a browser build). At the end the
 server, its kernel and every process they started (msrun, workers) are ended: each carries a marker in its
-environment and is swept by it, like ``helpers.launch`` sweeps a job.
+environment and is swept by it, like ``helpers.job.launch`` sweeps a job.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import nbformat
 import psutil
 import pytest
 
-from helpers.job_processes import kill_processes_with_env, processes_with_env
+from helpers.job.processes import kill_processes_with_env, processes_with_env
 
 pytestmark = pytest.mark.browser
 

@@ -5,10 +5,10 @@ tests/notebooks/test_ch02.py rather than run twice in CI."""
 
 import pytest
 
-from helpers.errors import JobFailed
-from helpers.job_processes import processes_with_env
-from helpers.launch import run_job
-from helpers.memory_measure import cap_below, job_memory
+from helpers.core.errors import JobFailed
+from helpers.job.processes import processes_with_env
+from helpers.job.launch import run_job
+from helpers.topics.memory_runs import cap_below, job_memory
 
 pytestmark = pytest.mark.jobs
 

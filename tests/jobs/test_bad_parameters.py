@@ -13,9 +13,9 @@ import time
 import psutil
 import pytest
 
-from helpers import launch
-from helpers.errors import ConfigError
-from helpers.launch import run_job
+from helpers.job import launch
+from helpers.core.errors import ConfigError
+from helpers.job.launch import run_job
 
 pytestmark = pytest.mark.jobs
 
@@ -77,9 +77,9 @@ def test_all_cases_together_are_one_error(ci_config, tmp_path, no_launch):
 
 
 def test_missing_input_files_are_refused_before_launch(ci_config, tmp_path, no_launch):
-    """Once run_job calls helpers.input_checks.check_job_inputs (the launcher's part of issue 19.5)."""
+    """Once run_job calls helpers.job.input_checks.check_job_inputs (the launcher's part of issue 19.5)."""
     if "check_job_inputs" not in inspect.getsource(run_job):
-        pytest.skip("helpers.launch.run_job does not call check_job_inputs yet")
+        pytest.skip("helpers.job.launch.run_job does not call check_job_inputs yet")
     cfg = dataclasses.replace(ci_config, strategy_file=str(tmp_path / "none.json"),
                               init_checkpoint=str(tmp_path / "no_ckpt"))
     err, _ = refused(cfg, tmp_path / "runs")

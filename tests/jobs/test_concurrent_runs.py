@@ -1,7 +1,7 @@
 """Two workshop users on one machine at the same time: their course runs must not interfere.
 
 Each "user" is a separate Python process with its own ``COURSE_HOME`` (so its own ``runs/``, results and
-compile cache) that starts a tiny 8-rank job through ``helpers.launch.run_job`` with the ci preset at the
+compile cache) that starts a tiny 8-rank job through ``helpers.job.launch.run_job`` with the ci preset at the
 same moment as the other. Both must succeed, on different master ports, in different run directories,
 and leave no process behind. The port reservation that makes this hold (``free_port``) is checked on its
 own too: two processes asking for many ports at once never get the same one.
@@ -25,9 +25,9 @@ REPO = Path(__file__).resolve().parents[2]
 
 USER_JOB = """
 import json, os, sys, time
-from helpers.config import job_config
-from helpers.launch import run_job
-from helpers.paths import course_home
+from helpers.core.config import job_config
+from helpers.job.launch import run_job
+from helpers.core.paths import course_home
 go = float(sys.argv[2])
 time.sleep(max(0.0, go - time.time()))           # both users press Run at the same moment
 cfg = job_config("ci", name="workshop", chapter="00", task="noop", data_dir=sys.argv[1], steps=2)
@@ -39,7 +39,7 @@ print(json.dumps({"home": str(course_home()), "port": r.config.master_port, "run
 
 PORTS = """
 import json, sys, time
-from helpers.launch import free_port
+from helpers.job.launch import free_port
 time.sleep(max(0.0, float(sys.argv[1]) - time.time()))
 print(json.dumps([free_port() for _ in range(150)]))
 """
@@ -56,7 +56,7 @@ def job_processes_of(home: Path) -> list[int]:
     left = []
     for p in psutil.process_iter(["pid", "cmdline"]):
         cmd = " ".join(p.info["cmdline"] or [])
-        if "helpers.worker" in cmd and str(home) in cmd:
+        if "helpers.train.worker" in cmd and str(home) in cmd:
             left.append(p.pid)
     return left
 
@@ -96,7 +96,7 @@ def test_free_port_never_gives_two_launchers_the_same_port(tmp_path):
     ports = [json.loads(p.communicate(timeout=120)[0]) for p in procs]
     assert all(p.returncode == 0 for p in procs)
     together = ports[0] + ports[1]
-    from helpers.launch import PORT_LOCK_DIR
+    from helpers.job.launch import PORT_LOCK_DIR
 
     for port in set(together):                  # hand the test's reservations back
         (PORT_LOCK_DIR / str(port)).unlink(missing_ok=True)
@@ -105,9 +105,9 @@ def test_free_port_never_gives_two_launchers_the_same_port(tmp_path):
 
 SECOND_CLONE_JOB = """
 import json, sys
-from helpers.config import job_config
-from helpers.launch import run_job
-from helpers.paths import course_home
+from helpers.core.config import job_config
+from helpers.job.launch import run_job
+from helpers.core.paths import course_home
 cfg = job_config("ci", name="clone", chapter="00", task="noop", data_dir=sys.argv[1], steps=2)
 r = run_job(cfg, progress="none")
 print(json.dumps({"home": str(course_home()), "run_dir": str(r.run_dir), "rc": r.returncode}))

@@ -15,10 +15,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from helpers.errors import JobFailed
-from helpers.job_processes import end_orphan_job, processes_with_env
-from helpers.launch import run_job
-from helpers.metrics import read_records
+from helpers.core.errors import JobFailed
+from helpers.job.processes import end_orphan_job, processes_with_env
+from helpers.job.launch import run_job
+from helpers.core.metrics import read_records
 
 pytestmark = pytest.mark.jobs
 MARK = "COURSE_TEST_FAULT"
@@ -37,7 +37,7 @@ def left(marker: str) -> list:
 
 
 def worker_of(marker: str, rank: int, timeout: float = 120) -> psutil.Process:
-    """The worker process of ``rank`` (the one running helpers.worker, not its guard)."""
+    """The worker process of ``rank`` (the one running helpers.train.worker, not its guard)."""
     deadline = time.time() + timeout
     while time.time() < deadline:
         for p in left(marker):
@@ -45,7 +45,7 @@ def worker_of(marker: str, rank: int, timeout: float = 120) -> psutil.Process:
                 env, cmd = p.environ(), " ".join(p.cmdline())
             except psutil.Error:
                 continue
-            if env.get("MS_ROLE") == "MS_WORKER" and env.get("RANK_ID") == str(rank) and "helpers.worker" in cmd:
+            if env.get("MS_ROLE") == "MS_WORKER" and env.get("RANK_ID") == str(rank) and "helpers.train.worker" in cmd:
                 return p
         time.sleep(0.2)
     raise AssertionError(f"no worker process of rank {rank} appeared")
@@ -122,8 +122,8 @@ def test_a_killed_rank_is_named_with_its_signal_within_15_s(ci_config, tmp_path,
 
 LAUNCHER = """
 import sys
-from helpers.config import job_config
-from helpers.launch import run_job
+from helpers.core.config import job_config
+from helpers.job.launch import run_job
 cfg = job_config("ci", name="orphan", chapter="tests", world_size=4, global_batch=32, steps=400, timeout_s=300.0)
 run_job(cfg, progress="none", run_root=sys.argv[1])
 """
@@ -152,8 +152,8 @@ def test_a_dead_launcher_takes_its_job_with_it_within_10_s(standin, tmp_path, ma
 
 def test_the_next_job_ends_what_a_dead_launcher_left(tmp_path, monkeypatch, marker):
     monkeypatch.setenv("COURSE_HOME", str(tmp_path))
-    from helpers.job_registry import REGISTRY, reap_orphans
-    from helpers.rank_guard import process_start
+    from helpers.job.registry import REGISTRY, reap_orphans
+    from helpers.job.rank_guard import process_start
 
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     start = process_start(dead.pid)

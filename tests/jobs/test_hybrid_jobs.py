@@ -1,7 +1,7 @@
-"""Real 8-rank hybrid jobs (CPU path of helpers.hybrid): equal to a single-process reference, and their
+"""Real 8-rank hybrid jobs (CPU path of helpers.topics.hybrid): equal to a single-process reference, and their
 per-rank checkpoints merged with MindSpore's transform_checkpoints, re-split for another layout, resumed.
 
-The reference (``helpers.hybrid.reference_train``) is one process training the full network on the same global
+The reference (``helpers.topics.hybrid.reference_train``) is one process training the full network on the same global
 batch with BatchNorm run on each rank's micro-batch separately: that is what data parallel computes (every
 rank normalises with its own batch statistics), so the two must agree to float rounding. A reference with BN
 over the whole global batch would differ by ~1e-2 for a reason that has nothing to do with the split.
@@ -9,7 +9,7 @@ over the whole global batch would differ by ~1e-2 for a reason that has nothing 
 The reference follows the run (each step starts from the hybrid run's own weights, traced by the workers) and
 one update is compared at a time: two free-running trajectories of this network part by 1e-5..1e-2 within a
 few steps even between two correct single-process implementations (its gradient jumps at ReLU kinks; see
-``helpers.hybrid``), so a free-running comparison only holds for the first step.
+``helpers.topics.hybrid``), so a free-running comparison only holds for the first step.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.hybrid import hybrid_config, run_reference, trainable_diff, write_layout_strategy
-from helpers.launch import run_job
-from helpers.strategy import (Layout, checkpoint_arrays, merge_rank_checkpoints, merge_shards, read_strategy,
+from helpers.topics.hybrid import hybrid_config, run_reference, trainable_diff, write_layout_strategy
+from helpers.job.launch import run_job
+from helpers.topics.strategy import (Layout, checkpoint_arrays, merge_rank_checkpoints, merge_shards, read_strategy,
                               resplit_checkpoint)
 
 pytestmark = pytest.mark.jobs

@@ -1,8 +1,8 @@
 """Real msrun jobs through the launcher: success, a failing rank, a timeout, an interrupt, two at once.
 
 After every failure no process of the job may be left: checked by the job's MS_SCHED_PORT (msrun puts it in
-every rank's environment; ``helpers.job_processes.processes_with_env`` finds them) and by the launcher's own job id
-(what ``helpers.launch`` ends a job by, see its module docstring).
+every rank's environment; ``helpers.job.processes.processes_with_env`` finds them) and by the launcher's own job id
+(what ``helpers.job.launch`` ends a job by, see its module docstring).
 """
 
 import _thread
@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from helpers.errors import JobFailed
-from helpers.job_processes import processes_with_env
-from helpers.launch import run_job
-from helpers.metrics import read_records
+from helpers.core.errors import JobFailed
+from helpers.job.processes import processes_with_env
+from helpers.job.launch import run_job
+from helpers.core.metrics import read_records
 
 pytestmark = pytest.mark.jobs
 

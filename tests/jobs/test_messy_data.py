@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from helpers.config import JobConfig
-from helpers.errors import DataError
-from helpers.launch import run_job
+from helpers.core.config import JobConfig
+from helpers.core.errors import DataError
+from helpers.job.launch import run_job
 
 pytestmark = pytest.mark.jobs
 
@@ -52,7 +52,7 @@ def test_truncated_image_is_named_before_launch(ci_config, messy, tmp_path):
 
 def test_set_aside_trains_to_the_end_without_the_bad_file(ci_config, messy, tmp_path, capsys):
     if "bad_images" not in {f.name for f in dataclasses.fields(JobConfig)}:
-        pytest.skip("JobConfig has no bad_images field yet (added in helpers/config.py by another change); "
+        pytest.skip("JobConfig has no bad_images field yet (added in helpers/core/config.py by another change); "
                     "prepare_data's set_aside path is covered in tests/unit/test_image_checks.py")
     data, victim = messy
     cut = victim.read_bytes()

@@ -1,4 +1,4 @@
-"""helpers.profiling on REAL profiler output: small profiled msrun jobs (2 ranks), parsed and merged.
+"""helpers.topics.profiling on REAL profiler output: small profiled msrun jobs (2 ranks), parsed and merged.
 
 Three jobs, shared by the tests of this module (each costs 30-90 s on 2 cores):
 - ``unfused``: ``comm_fusion={}`` (MindSpore's default: one AllReduce per gradient tensor);
@@ -11,10 +11,10 @@ import json
 import numpy as np
 import pytest
 
-from helpers import profiling as P
-from helpers.config import FUSE_ALL, job_config
-from helpers.launch import run_job
-from helpers.models import build_model, count_parameters
+from helpers.topics import profiling as P
+from helpers.core.config import FUSE_ALL, job_config
+from helpers.job.launch import run_job
+from helpers.train.models import build_model, count_parameters
 
 pytestmark = pytest.mark.jobs
 STEPS, SKIP = 4, 2          # step 0 compiles, step 1 runs without the profiler, steps 2-3 are profiled

@@ -2,7 +2,7 @@
 
 import pytest
 
-from helpers.multinode import netns_unavailable
+from helpers.job.multinode import netns_unavailable
 
 from tests.notebooks.chapter_run import execute
 

@@ -9,8 +9,8 @@ with kind ``oom`` and the hybrid layout fits, with room on both sides of the cap
 
 import pytest
 
-from helpers.hybrid import CAP_BELOW_DP
-from helpers.memory import classifier_param_bytes
+from helpers.topics.hybrid import CAP_BELOW_DP
+from helpers.core.memory_planner import classifier_param_bytes
 from tests.notebooks.chapter_run import execute
 
 pytestmark = pytest.mark.notebooks

@@ -6,10 +6,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.balance import (class_histograms, global_mix, imagenet_shaped_counts, imagenet_shaped_labels,
+from helpers.topics.shard_stats import (class_histograms, global_mix, imagenet_shaped_counts, imagenet_shaped_labels,
                              max_tv, shard_tv, step_coverage, step_labels, summarize)
-from helpers.errors import ConfigError, DataError
-from helpers.sampler import shard_indices
+from helpers.core.errors import ConfigError, DataError
+from helpers.train.sampler import shard_indices
 
 FAST = settings(max_examples=50, deadline=None)
 

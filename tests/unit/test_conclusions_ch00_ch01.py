@@ -5,12 +5,12 @@ import copy
 import numpy as np
 import pytest
 
-from helpers.balance import per_class_spread
+from helpers.topics.shard_stats import per_class_spread
 from helpers.conclusions import as_records, failed
 from helpers.conclusions.ch00 import chapter00_claims, conv_benchmark, seed_api_facts, two_node_comparison
 from helpers.conclusions.ch01 import chapter01_claims
-from helpers.launch import JobResult
-from helpers.seen import batch_classes, rank_step_spread, slowest_data_wait_ms
+from helpers.job.launch import JobResult
+from helpers.topics.seen_classes import batch_classes, rank_step_spread, slowest_data_wait_ms
 
 
 def by_id(claims):

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from helpers import memory
+from helpers.core import memory_planner as memory
 from helpers.conclusions import as_records, ch02, failed
 
 

@@ -1,7 +1,7 @@
 import pytest
 
-from helpers.config import PRESETS, JobConfig, config_table, job_config
-from helpers.errors import ConfigError
+from helpers.core.config import PRESETS, JobConfig, config_table, job_config
+from helpers.core.errors import ConfigError
 
 
 @pytest.mark.parametrize("preset", sorted(PRESETS))
@@ -72,7 +72,7 @@ def test_gpu8_rehearsal_keeps_the_recipe_and_shrinks_the_size():
 import dataclasses  # noqa: E402
 import math  # noqa: E402
 
-from helpers.config import FUSE_ALL, comm_fusion_problem  # noqa: E402
+from helpers.core.config import FUSE_ALL, comm_fusion_problem  # noqa: E402
 
 
 def errors_of(**changes) -> ConfigError:

@@ -1,7 +1,7 @@
 import json
 
-from helpers import conv_choice
-from helpers.config import job_config
+from helpers.train import conv_autoselect as conv_choice
+from helpers.core.config import job_config
 
 
 def test_explicit_choice_is_kept_and_accelerators_use_native():

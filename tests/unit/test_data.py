@@ -2,10 +2,10 @@ import numpy as np
 import pytest
 
 from data_prep.digits import write_digits
-from helpers.config import job_config
-from helpers.data import build_dataset, prepare_data
-from helpers.image_folder import scan_split
-from helpers.errors import DataError
+from helpers.core.config import job_config
+from helpers.train.data import build_dataset, prepare_data
+from helpers.train.image_folder import scan_split
+from helpers.core.errors import DataError
 
 
 def test_standin_is_class_sorted_with_unequal_classes(standin):

@@ -1,4 +1,4 @@
-"""GPU pre-flight (helpers.envcheck) on canned nvidia-smi / ldconfig outputs (no GPU here), plus the installed wheel.
+"""GPU pre-flight (helpers.job.envcheck) on canned nvidia-smi / ldconfig outputs (no GPU here), plus the installed wheel.
 
 The nvidia-smi lines are what ``SMI_QUERY`` (``--format=csv,noheader,nounits``) prints: index, name, compute_cap,
 memory.total (MiB), memory.used (MiB), utilization.gpu (%), driver_version.
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers import envcheck as E
-from helpers.envcheck import card_checks, card_memory_gib, gpu_checks, parse_ldconfig, parse_nvidia_smi
+from helpers.job import envcheck as E
+from helpers.job.envcheck import card_checks, card_memory_gib, gpu_checks, parse_ldconfig, parse_nvidia_smi
 
 A100 = "0, NVIDIA A100-SXM4-40GB, 8.0, 40960, 3, 0, 535.104.05\n1, NVIDIA A100-SXM4-40GB, 8.0, 40960, 3, 0, 535.104.05\n"
 H100 = "0, NVIDIA H100 80GB HBM3, 9.0, 81559, 2, 0, 550.54.15\n"

@@ -110,7 +110,7 @@ def test_checkers_never_raise_and_name_the_problem(checker, capsys):
 
 
 def test_the_guard_turns_an_exception_into_a_wrong_verdict(capsys):
-    from helpers.exercises_common import _checker
+    from helpers.exercises.common import _checker
 
     @_checker
     def broken(answer):
@@ -136,8 +136,8 @@ def test_issue_16_examples_are_rejected():
 
 def test_equivalent_forms_of_the_right_answer_are_accepted():
     """Numpy integers (what the helpers return), any order of ranks, a percentage, the layout's spelling."""
-    from helpers import balance
-    from helpers.sampler import shard_indices
+    from helpers.topics import shard_stats as balance
+    from helpers.train.sampler import shard_indices
 
     labels = ex.ex01_labels()
     row = balance.class_histograms(shard_indices("contiguous", labels, 8), labels, 10)[3]
@@ -163,7 +163,7 @@ def test_comm_share_tolerance_separates_the_mean_from_the_pooled_ratio():
 
 def test_accumulation_wants_the_planners_split_and_nothing_else():
     """Only the largest micro-batch that divides the per-card batch and fits is right; twice it does not fit."""
-    from helpers.memory import estimate, plan_accumulation
+    from helpers.core.memory_planner import estimate, plan_accumulation
 
     micro, steps = solution("02").MICRO_BATCH_AND_STEPS
     assert (micro, steps) == plan_accumulation("resnet50", 2048, 8, 16)

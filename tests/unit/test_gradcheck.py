@@ -4,15 +4,15 @@ pure parts of the memory measurements chapter 02 relies on (no processes started
 import numpy as np
 import pytest
 
-from helpers.config import job_config
-from helpers.memory_measure import cap_below, fit_slope, planner_vs_measured
+from helpers.core.config import job_config
+from helpers.topics.memory_runs import cap_below, fit_slope, planner_vs_measured
 
 
 def check_on_random_batch(seed: int, **model):
     """``check_local`` on 8 random 16 px images split into 4 micro-batches, on CPU."""
     import mindspore as ms
 
-    from helpers.gradcheck import check_local
+    from helpers.train.accumulation_check import check_local
 
     ms.set_device("CPU")
     rng = np.random.default_rng(seed)
@@ -46,8 +46,8 @@ def test_accumulating_step_wants_k_micro_batches():
     import mindspore as ms
     from mindspore import nn
 
-    from helpers.accumulate import AccumulatingTrainStep
-    from helpers.gradcheck import small_net
+    from helpers.train.grad_accumulation import AccumulatingTrainStep
+    from helpers.train.accumulation_check import small_net
 
     net = small_net()
     loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
@@ -58,7 +58,7 @@ def test_accumulating_step_wants_k_micro_batches():
 
 
 def test_compare_reports_difference_ratio_and_cosine():
-    from helpers.gradcheck import compare
+    from helpers.train.accumulation_check import compare
 
     ref = [np.array([1.0, -2.0]), np.array([[0.5]])]
     doubled = [2 * g for g in ref]
@@ -75,7 +75,7 @@ def test_fit_slope_and_cap_below():
 
 
 def test_planner_vs_measured_uses_the_planners_activation_slope():
-    from helpers.memory import estimate
+    from helpers.core.memory_planner import estimate
 
     est = estimate("resnet18", 1, 32, num_classes=10, width=0.125, stem="small")
     per_image = est.activation_bytes_per_image / 2**20
@@ -89,9 +89,9 @@ def test_planner_vs_measured_uses_the_planners_activation_slope():
 
 @pytest.mark.parametrize("device", [False, True])
 def test_job_memory_per_rank_and_the_device_peak_when_there_is_one(tmp_path, device):
-    from helpers.launch import JobResult
-    from helpers.memory_measure import job_memory
-    from helpers.metrics import MetricsWriter
+    from helpers.job.launch import JobResult
+    from helpers.topics.memory_runs import job_memory
+    from helpers.core.metrics import MetricsWriter
 
     steps = {}
     for r in range(2):
@@ -111,7 +111,7 @@ def test_job_memory_per_rank_and_the_device_peak_when_there_is_one(tmp_path, dev
 
 
 def test_onednn_conv_kernels_reads_the_verbose_lines():
-    from helpers.memory_measure import onednn_conv_kernels
+    from helpers.topics.memory_runs import onednn_conv_kernels
 
     lines = ["onednn_verbose,v1,info,cpu,isa:Intel AVX-512",
              "onednn_verbose,v1,primitive,exec,cpu,convolution,jit_uni_ncsp:conv+ref:any,forward_training,src:f32,,alg,mb16,27.5",
@@ -141,7 +141,7 @@ def test_batchnorm_in_training_mode_breaks_equivalence_and_frozen_batchnorm_rest
 
 
 def test_flat_summary_records_the_frozen_check(resnet_check):
-    from helpers.gradcheck import flat_summary
+    from helpers.train.accumulation_check import flat_summary
 
     rec = flat_summary(resnet_check)
     assert rec["grad_max_abs_diff_bn_frozen"] == resnet_check["bn_frozen"]["max_abs_diff"]
@@ -152,7 +152,7 @@ def test_flat_summary_records_the_frozen_check(resnet_check):
 def test_freeze_batchnorm_sets_every_batchnorm_to_running_statistics():
     from mindspore import nn
 
-    from helpers.gradcheck import freeze_batchnorm, small_net
+    from helpers.train.accumulation_check import freeze_batchnorm, small_net
 
     net = nn.SequentialCell([nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4), nn.ReLU(), nn.BatchNorm2d(4)])
     assert freeze_batchnorm(net) == 2

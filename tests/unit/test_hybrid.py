@@ -1,4 +1,4 @@
-"""helpers.hybrid without msrun: the layout read from a strategy file, the classifier cut per rank, the
+"""helpers.topics.hybrid without msrun: the layout read from a strategy file, the classifier cut per rank, the
 GPU/Ascend plan (SEMI_AUTO_PARALLEL cannot run on CPU, so its configuration is what is tested), checkpoints."""
 
 from __future__ import annotations
@@ -8,10 +8,10 @@ import json
 import numpy as np
 import pytest
 
-from helpers import hybrid as H
-from helpers import strategy as S
-from helpers.config import job_config
-from helpers.errors import ConfigError, DataError
+from helpers.topics import hybrid as H
+from helpers.topics import strategy as S
+from helpers.core.config import job_config
+from helpers.core.errors import ConfigError, DataError
 
 NUM_CLASSES = 16
 
@@ -175,7 +175,7 @@ def test_rank_checkpoints_are_saved_as_slices(monkeypatch, tmp_path):
     import mindspore as ms
     from mindspore import nn
 
-    from helpers.hybrid import save_rank_checkpoint
+    from helpers.topics.hybrid import save_rank_checkpoint
 
     seen = {}
     monkeypatch.setattr(ms, "save_checkpoint", lambda obj, path, **kw: seen.update(kw))
@@ -186,9 +186,9 @@ def test_rank_checkpoints_are_saved_as_slices(monkeypatch, tmp_path):
 
 
 def test_gpu_path_refuses_the_trace_and_a_sliced_init_checkpoint(monkeypatch, tmp_path):
-    from helpers.config import JobConfig
-    from helpers.errors import ConfigError
-    from helpers.hybrid import TRACE_ENV, build_semi_auto_step, load_full_checkpoint
+    from helpers.core.config import JobConfig
+    from helpers.core.errors import ConfigError
+    from helpers.topics.hybrid import TRACE_ENV, build_semi_auto_step, load_full_checkpoint
 
     monkeypatch.setenv(TRACE_ENV, str(tmp_path))
     with pytest.raises(ConfigError, match="host code"):
@@ -230,10 +230,10 @@ def gpu_cfg(tmp_path, cfg, files, full_net):
 def test_gpu_path_loads_init_checkpoint_and_trains_with_the_recipe(monkeypatch, gpu_cfg):
     """build_semi_auto_step up to compiling (which needs GPU/Ascend): the context loads the strategy file, the
     classifier is shard()ed, the full checkpoint is in the unsplit network (compiling cuts each rank's slice)
-    and the loss and optimizer come from helpers.recipe, like the data-parallel worker's."""
+    and the loss and optimizer come from helpers.train.recipe, like the data-parallel worker's."""
     import mindspore as ms
 
-    from helpers import recipe
+    from helpers.train import recipe
 
     cfg, values = gpu_cfg
     called = []
@@ -335,7 +335,7 @@ def test_classifier_oom_refuses_layouts_that_compare_nothing(cfg, tmp_path):
 def test_a_failed_pool_allocation_is_an_oom_record():
     """The PyNative runtime's texts for a failed CPU pool allocation (measured under the cap, raised as a plain
     RuntimeError) are what the worker's failure record calls ``oom``; other errors stay crashes."""
-    from helpers.errors import failure_kind
+    from helpers.core.errors import failure_kind
 
     measured = ("RuntimeError: Allocate output memory failed, alloc node:Default/Im2Col-op0 alloc size:884736B",
                 "cpu_memory_pool.cc:76] AllocDeviceMem] malloc memory failed.")
@@ -345,7 +345,7 @@ def test_a_failed_pool_allocation_is_an_oom_record():
 
 
 def test_oom_message_drops_the_log_tail():
-    from helpers.errors import JobFailed
+    from helpers.core.errors import JobFailed
 
     exc = JobFailed("oom", "MemoryError: no room", 3, "line 1\nline 2", "/runs/x")
     msg = H.oom_message(exc)
@@ -354,7 +354,7 @@ def test_oom_message_drops_the_log_tail():
 
 
 def test_the_oom_classifier_weighs_the_same_on_every_backbone():
-    from helpers.config import job_config
+    from helpers.core.config import job_config
 
     sizes = {p: H.oom_classes(job_config(p, rehearse=p == "gpu8")) for p in ("ci", "cpu", "gpu8")}
     assert sizes == {"ci": 400_000, "cpu": 200_000, "gpu8": 12_500}   # 64, 128 and 2,048 features x 4 bytes

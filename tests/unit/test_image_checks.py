@@ -1,4 +1,4 @@
-"""Corrupt or truncated images are named before launch by their bytes (helpers.image_checks): each messy
+"""Corrupt or truncated images are named before launch by their bytes (helpers.train.image_checks): each messy
 case, the per-folder cache (reused, rebuilt when corrupt), moving files aside, and prepare_data / the
 pre-flight reporting them with the fix."""
 
@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import helpers.image_checks as ic
-from helpers.config import JobConfig
-from helpers.data import prepare_data
-from helpers.image_folder import scan_split
-from helpers.data_checks import check_imagenet_layout
-from helpers.errors import DataError
+import helpers.train.image_checks as ic
+from helpers.core.config import JobConfig
+from helpers.train.data import prepare_data
+from helpers.train.image_folder import scan_split
+from helpers.train.folder_checks import check_imagenet_layout
+from helpers.core.errors import DataError
 
 
 def encode(fmt: str, seed: int = 0, size: int = 24) -> bytes:

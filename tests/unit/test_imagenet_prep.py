@@ -9,9 +9,9 @@ import pytest
 from data_prep.fake_imagenet import write_fake_imagenet
 from data_prep.imagenet_val import main as val_main
 from data_prep.imagenet_val import sort_val
-from helpers.image_folder import IMAGE_EXTENSIONS, scan_split
-from helpers.data_checks import check_imagenet_layout
-from helpers.errors import DataError
+from helpers.train.image_folder import IMAGE_EXTENSIONS, scan_split
+from helpers.train.folder_checks import check_imagenet_layout
+from helpers.core.errors import DataError
 
 
 @pytest.fixture()
@@ -114,8 +114,8 @@ def test_scan_and_dataset_agree_sample_by_sample_with_stray_files(tmp_path):
 def test_build_dataset_reads_with_the_scan_filter(monkeypatch, tmp_path):
     import mindspore.dataset as ds
 
-    from helpers.config import JobConfig
-    from helpers.data import build_dataset
+    from helpers.core.config import JobConfig
+    from helpers.train.data import build_dataset
 
     seen = {}
 

@@ -1,4 +1,4 @@
-"""helpers.input_checks: strategy files and init checkpoints are checked against the job before launch."""
+"""helpers.job.input_checks: strategy files and init checkpoints are checked against the job before launch."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from helpers import strategy as S
-from helpers.config import job_config
-from helpers.errors import ConfigError
-from helpers.input_checks import MAX_LINES, check_job_inputs, model_param_shapes
+from helpers.topics import strategy as S
+from helpers.core.config import job_config
+from helpers.core.errors import ConfigError
+from helpers.job.input_checks import MAX_LINES, check_job_inputs, model_param_shapes
 
 NUM_CLASSES = 16
 
@@ -54,7 +54,7 @@ def problems_of(cfg) -> str:
 
 @pytest.mark.parametrize("arch, stem, width", [("resnet18", "small", 0.125), ("resnet50", "imagenet", 0.25)])
 def test_shapes_on_paper_are_the_models_shapes(arch, stem, width):
-    from helpers.models import build_model
+    from helpers.train.models import build_model
 
     net = build_model(arch, 7, width, stem, "im2col")
     assert model_param_shapes(arch, 7, width, stem) == S.shapes_of(net)
@@ -87,7 +87,7 @@ def test_an_unreadable_strategy_file_is_named(cfg, tmp_path):
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"\x00not a strategy")
     text = problems_of(cfg.replace(strategy_file=str(junk)))
-    assert text.startswith("strategy_file: not a strategy file helpers.strategy.read_strategy can read")
+    assert text.startswith("strategy_file: not a strategy file helpers.topics.strategy.read_strategy can read")
     assert str(junk) in text
 
 

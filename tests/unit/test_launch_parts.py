@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from helpers.config import job_config
-from helpers.errors import JobFailed
-from helpers.launch import bind_core_map, compile_cache_dir, find_msrun, free_port, job_env, msrun_command
-from helpers.metrics import MetricsTail, MetricsWriter, read_records
-from helpers.progress import TextProgress
-from helpers.report import md_table
-from helpers.results import load_results, record_results
-from helpers.errors import failure_kind
+from helpers.core.config import job_config
+from helpers.core.errors import JobFailed
+from helpers.job.launch import bind_core_map, compile_cache_dir, find_msrun, free_port, job_env, msrun_command
+from helpers.core.metrics import MetricsTail, MetricsWriter, read_records
+from helpers.job.progress import TextProgress
+from helpers.output.tables import md_table
+from helpers.output.records import load_results, record_results
+from helpers.core.errors import failure_kind
 
 
 def test_msrun_command_carries_the_job_contract(tmp_path):
@@ -24,7 +24,7 @@ def test_msrun_command_carries_the_job_contract(tmp_path):
     for flag in ("--worker_num=8", "--local_worker_num=4", "--master_port=4242", "--node_rank=1",
                  "--master_addr=10.0.0.1", "--join=True", f"--log_dir={tmp_path / 'logs'}"):
         assert flag in cmd
-    assert cmd[-3:] == ["-m", "helpers.rank_guard", str(tmp_path / "config.json")]
+    assert cmd[-3:] == ["-m", "helpers.job.rank_guard", str(tmp_path / "config.json")]
     assert cmd[cmd.index("python") - 1].startswith(("--join=True", "--bind_core=")), "msrun flags, then the worker"
 
 
@@ -135,8 +135,8 @@ def test_bind_cores_pins_local_rank_r_to_core_r_mod_cores(tmp_path, monkeypatch)
 
 def test_the_compile_cache_is_keyed_by_the_classifier_size(tmp_path):
     # a 4-class job and a 10-class job with otherwise equal settings once shared a cached graph (a label-range crash)
-    from helpers.config import job_config
-    from helpers.launch import compile_cache_dir
+    from helpers.core.config import job_config
+    from helpers.job.launch import compile_cache_dir
 
     for n in (4, 10):
         for c in range(n):
@@ -148,8 +148,8 @@ def test_the_compile_cache_is_keyed_by_the_classifier_size(tmp_path):
 
 def test_the_compile_cache_follows_the_helpers_source(monkeypatch):
     # MindSpore's cache checks only the entry script: an edit to the model code must not load an old graph
-    import helpers.launch as L
-    from helpers.config import job_config
+    import helpers.job.launch as L
+    from helpers.core.config import job_config
 
     cfg = job_config("ci")
     before = L.compile_cache_dir(cfg)

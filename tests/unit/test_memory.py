@@ -11,13 +11,13 @@ import sys
 
 import pytest
 
-from helpers import memory
-from helpers.errors import ConfigError
-from helpers.memory import GIB, estimate, layer_walk, plan_accumulation
+from helpers.core import memory_planner as memory
+from helpers.core.errors import ConfigError
+from helpers.core.memory_planner import GIB, estimate, layer_walk, plan_accumulation
 
 import mindspore as ms
 
-from helpers import models
+from helpers.train import models
 
 
 def test_layout_tables_match_the_models():
@@ -27,7 +27,7 @@ def test_layout_tables_match_the_models():
 
 
 def test_planner_imports_no_mindspore():
-    code = "import sys, helpers.memory; sys.exit('mindspore' in sys.modules)"
+    code = "import sys, helpers.core.memory_planner; sys.exit('mindspore' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
@@ -50,7 +50,7 @@ def test_published_parameter_counts():
     ("resnet18", 0.25, "small", 10, "native"),
     ("resnet18", 0.125, "small", 10, "im2col"),
     ("resnet50", 0.125, "imagenet", 100, "im2col"),
-    ("resnet34", 0.3, "small", 7, "native"),          # rounding of odd widths, as in helpers.models
+    ("resnet34", 0.3, "small", 7, "native"),          # rounding of odd widths, as in helpers.train.models
 ])
 def test_small_models_match_the_cells(arch, width, stem, classes, impl):
     net = models.build_model(arch, classes, width, stem, impl)

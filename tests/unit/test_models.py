@@ -4,8 +4,8 @@ import pytest
 import mindspore as ms
 from mindspore import nn, ops
 
-from helpers.im2col_conv import Im2ColConv2d, make_conv
-from helpers.models import build_model, count_parameters
+from helpers.train.im2col_conv import Im2ColConv2d, make_conv
+from helpers.train.models import build_model, count_parameters
 
 
 @pytest.mark.parametrize("arch, expected", [("resnet50", 25_557_032), ("resnet152", 60_192_808)])
@@ -61,6 +61,6 @@ def test_no_helpers_module_shadows_a_mindspore_layer_module():
 
     import helpers
 
-    ours = {p.stem for p in Path(helpers.__file__).parent.glob("*.py")}
+    ours = {p.stem for p in Path(helpers.__file__).parent.rglob("*.py")}
     theirs = {p.stem for p in Path(layer.__file__).parent.glob("*.py")} - {"__init__"}
     assert not ours & theirs

@@ -2,7 +2,7 @@
 
 import ipaddress
 
-from helpers.multinode import free_subnet, node_env
+from helpers.job.multinode import free_subnet, node_env
 
 
 def test_subnet_avoids_routes_the_host_already_has():

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 import helpers
-from helpers import paths
-from helpers.errors import DataError
+from helpers.core import paths
+from helpers.core.errors import DataError
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -74,14 +74,14 @@ def test_a_second_clones_notebook_imports_that_clones_helpers(tmp_path):
     """The virtualenv was installed from this repository (``pip install -e .``); a notebook of another clone
     (working directory <clone>/notebooks) must run that clone's helpers and write to its runs/."""
     clone = fake_checkout(tmp_path / "clone_b", full_helpers=True).resolve()
-    code = ("import helpers, helpers.paths, data_prep.digits; print(helpers.__path__[0]); "
-            "print(helpers.paths.__file__); print(data_prep.digits.__file__); print(helpers.paths.course_home()); "
-            "print(helpers.paths.code_root())")
+    code = ("import helpers, helpers.core.paths, data_prep.digits; print(helpers.__path__[0]); "
+            "print(helpers.core.paths.__file__); print(data_prep.digits.__file__); print(helpers.core.paths.course_home()); "
+            "print(helpers.core.paths.code_root())")
     res = run_python(code, clone / "notebooks")
     assert res.returncode == 0, res.stderr
     pkg, paths_file, digits_file, home, root = res.stdout.split("\n")[:5]
     assert pkg == str(clone / "helpers")
-    assert paths_file == str(clone / "helpers" / "paths.py"), "a submodule still came from the installed clone"
+    assert paths_file == str(clone / "helpers" / "core" / "paths.py"), "a submodule still came from the installed clone"
     assert digits_file == str(clone / "data_prep" / "digits.py")
     assert home == str(clone) and root == str(clone)
     notes = [ln for ln in res.stderr.splitlines() if ln.startswith("helpers:")]
@@ -92,8 +92,8 @@ def test_a_second_clones_notebook_imports_that_clones_helpers(tmp_path):
 
 def test_no_redirect_and_no_message_outside_another_clone(tmp_path):
     for cwd in (tmp_path, REPO / "notebooks"):
-        res = run_python("import helpers, helpers.paths; print(helpers.__path__[0]); "
-                         "print(helpers.paths.code_root())", cwd)
+        res = run_python("import helpers, helpers.core.paths; print(helpers.__path__[0]); "
+                         "print(helpers.core.paths.code_root())", cwd)
         assert res.returncode == 0, res.stderr
         assert res.stdout.split("\n")[:2] == [str(REPO / "helpers"), str(REPO)]
         assert "helpers:" not in res.stderr
@@ -169,7 +169,7 @@ def test_a_half_written_stand_in_is_rebuilt(tmp_path):
 
 
 def test_the_rehearsal_tree_is_published_with_val_already_sorted(tmp_path, monkeypatch):
-    from helpers.rehearsal import ensure_fake_imagenet
+    from helpers.core.rehearsal import ensure_fake_imagenet
 
     monkeypatch.setenv("COURSE_HOME", str(tmp_path))
     root = ensure_fake_imagenet("data/fake")

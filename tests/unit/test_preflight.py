@@ -1,7 +1,7 @@
 """The pre-flight report: a device the run needs but MindSpore cannot use fails; data and memory lines."""
 
-from helpers.config import job_config
-from helpers.preflight import main, memory_checks, preflight
+from helpers.core.config import job_config
+from helpers.job.preflight import main, memory_checks, preflight
 
 
 def test_gpu_run_on_this_machine_fails_on_the_device_and_names_the_fix():

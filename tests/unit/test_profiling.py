@@ -1,4 +1,4 @@
-"""helpers.profiling: the pure parsing, step-splitting, breakdown and merging functions (no processes).
+"""helpers.topics.profiling: the pure parsing, step-splitting, breakdown and merging functions (no processes).
 
 The readers are tested on real profiler output in tests/jobs/test_profiling_jobs.py; here the events are
 written in the exact shape MindSpore 2.10's CPU profiler writes them (trace_view.json: a list, string
@@ -10,7 +10,7 @@ import json
 import numpy as np
 import pytest
 
-from helpers import profiling as P
+from helpers.topics import profiling as P
 
 
 def kernel(name, ts, dur, pid=2):

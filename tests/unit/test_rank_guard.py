@@ -5,15 +5,15 @@ import os
 import subprocess
 import sys
 
-from helpers.config import JobConfig
-from helpers.job_watch import exit_text
-from helpers.rank_guard import exit_record_path, process_start, signal_name
+from helpers.core.config import JobConfig
+from helpers.job.watch import exit_text
+from helpers.job.rank_guard import exit_record_path, process_start, signal_name
 
 
 def guard(tmp_path, **env):
     cfg = JobConfig(name="guard", world_size=1, global_batch=8).save(tmp_path / "config.json")
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_", "COURSE_LAUNCHER"))}
-    return subprocess.run([sys.executable, "-m", "helpers.rank_guard", str(cfg)], env={**clean, **env},
+    return subprocess.run([sys.executable, "-m", "helpers.job.rank_guard", str(cfg)], env={**clean, **env},
                           capture_output=True, timeout=120)
 
 

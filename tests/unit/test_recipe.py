@@ -3,9 +3,9 @@
 import numpy as np
 import pytest
 
-from helpers.config import JobConfig, job_config
-from helpers.metrics import MetricsWriter, read_records, metrics_path
-from helpers.recipe import is_norm_or_bias, lr_per_step, param_groups, step_loss
+from helpers.core.config import JobConfig, job_config
+from helpers.core.metrics import MetricsWriter, read_records, metrics_path
+from helpers.train.recipe import is_norm_or_bias, lr_per_step, param_groups, step_loss
 
 
 def test_gpu8_recipe_scales_lr_with_the_global_batch_and_warms_up_then_decays():
@@ -48,8 +48,8 @@ def test_worker_loop_runs_a_dynamic_loss_scale_step(tmp_path):
     import mindspore as ms
     from mindspore import nn
 
-    from helpers.recipe import build_loss, build_optimizer, build_train_step
-    from helpers.worker import _loop, _NoProfiler
+    from helpers.train.recipe import build_loss, build_optimizer, build_train_step
+    from helpers.train.worker import _loop, _NoProfiler
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -75,7 +75,7 @@ def test_cpu_overflow_check_skips_the_step_and_halves_the_scale():
     import mindspore as ms
     from mindspore import amp, nn
 
-    from helpers.recipe import DYNAMIC_LOSS_SCALE, cpu_loss_scale_cell
+    from helpers.train.recipe import DYNAMIC_LOSS_SCALE, cpu_loss_scale_cell
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")

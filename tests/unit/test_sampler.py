@@ -7,9 +7,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers.balance import max_tv
-from helpers.errors import ConfigError, DataError
-from helpers.sampler import StratifiedDistributedSampler, shard_indices, stratified_shards
+from helpers.topics.shard_stats import max_tv
+from helpers.core.errors import ConfigError, DataError
+from helpers.train.sampler import StratifiedDistributedSampler, shard_indices, stratified_shards
 
 FAST = settings(max_examples=50, deadline=None)
 
@@ -66,7 +66,7 @@ def test_split_promises(data, seed, epoch, remainder):
 @given(datasets(), seeds)
 def test_very_unequal_classes_take_the_sort_path(data, seed):
     """The within-class shuffle has a second path for very unequal classes; force it here."""
-    import helpers.sampler as sampler
+    import helpers.train.sampler as sampler
 
     labels, n = data
     old = sampler.DENSE_CELLS, sampler.DENSE_WASTE
@@ -142,7 +142,7 @@ def test_small_classes_dropped_or_repeated(sizes, n, seed, mode):
 
 def test_steps_mix_classes_and_shards_stay_close_to_the_global_mix():
     """Class-sorted, unequal classes: every global step holds (almost) all classes in proportion."""
-    from helpers.balance import step_coverage
+    from helpers.topics.shard_stats import step_coverage
 
     labels = np.repeat(np.arange(10), [142, 137, 125, 120, 110, 102, 93, 83, 72, 66])
     for seed in range(5):
@@ -275,7 +275,7 @@ def test_distributed_matches_mindspore_and_shuffle_matches_a_worker():
     looked_up = shard_indices("distributed_shuffle", labels, 4, seed=11, method="lookup")
     before = ds.config.get_seed()
     try:
-        ds.config.set_seed(11)                                   # what helpers.worker does
+        ds.config.set_seed(11)                                   # what helpers.train.worker does
         worker = [_real(23, 4, k, True) for k in range(4)]
     finally:
         ds.config.set_seed(before)

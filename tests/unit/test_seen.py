@@ -1,7 +1,7 @@
 import numpy as np
 
-from helpers.seen import global_step_classes, global_step_entropy, rank_histograms, step_histograms, tv_from_global
-from helpers.worker import class_counts
+from helpers.topics.seen_classes import global_step_classes, global_step_entropy, rank_histograms, step_histograms, tv_from_global
+from helpers.train.worker import class_counts
 
 
 class FakeResult:

@@ -1,6 +1,6 @@
 """The stall rules: the limit per phase, and which stalled rank is blamed from the strongest evidence down."""
 
-from helpers.stall import RankProgress, frozen_before, stall_limit, stalled_ranks, stuck_ranks
+from helpers.job.stall import RankProgress, frozen_before, stall_limit, stalled_ranks, stuck_ranks
 
 NOW = 1000.0
 

@@ -1,4 +1,4 @@
-"""helpers.strategy: MindSpore strategy files for hybrid layouts, their validation, slicing and checkpoints.
+"""helpers.topics.strategy: MindSpore strategy files for hybrid layouts, their validation, slicing and checkpoints.
 
 Everything runs in this one process on CPU: strategy files are read back with MindSpore's own reader and
 per-rank checkpoints are merged/re-split with MindSpore's ``transform_checkpoints`` (no msrun needed).
@@ -11,15 +11,15 @@ import json
 import numpy as np
 import pytest
 
-from helpers import strategy as S
-from helpers.errors import ConfigError, DataError
+from helpers.topics import strategy as S
+from helpers.core.errors import ConfigError, DataError
 
 L81, L42, L24 = S.Layout(8, 1), S.Layout(4, 2), S.Layout(2, 4)
 
 
 @pytest.fixture(scope="module")
 def net():
-    from helpers.models import build_model
+    from helpers.train.models import build_model
 
     return build_model("resnet18", num_classes=16, width=0.125, stem="small")
 

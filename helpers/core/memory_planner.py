@@ -1,0 +1,591 @@
+"""Per-card peak training memory of our ResNets, predicted from layer shapes before anything is launched.
+
+Why a planner: an out-of-memory failure costs a whole job start (minutes on 8 cards) and says little about
+*why*. Walking the same layout as ``helpers.train.models`` on paper tells, per layer, what a training step keeps
+alive, so "does ResNet-152 at batch 64 fit in 40 GB?" and "which micro-batch and how many accumulation
+steps reach global batch B?" are answered in milliseconds. The planner imports no MindSpore and builds no
+cell (a notebook kernel stays light); the tests check it against the real cells.
+
+What is counted (per card, one optimizer step):
+
+- parameters: trainable weights plus BatchNorm running statistics (always fp32);
+- gradients: one per trainable parameter;
+- optimizer state: Momentum keeps one buffer per parameter, Adam two (first and second moment), plain SGD
+  none;
+- accumulation buffer: one gradient-sized buffer when ``accumulation_steps > 1`` (``helpers.train.grad_accumulation``
+  sums micro-batch gradients into zero-initialised Parameters);
+- activations kept for the backward pass, per image, counted once per tensor:
+  the input image; each convolution's output (the BatchNorm input, which BatchNorm's backward reads); each
+  ReLU output (ReLU's backward reads its output; it is also the next convolution's input, so a native
+  convolution adds nothing of its own); the max-pool output (MindSpore's ``MaxPoolGrad`` reads input and
+  output); the pooled features (the classifier's input); logits and softmax. BatchNorm outputs are not kept:
+  ReLU and the residual Add do not need their inputs for backward.
+  With ``conv_impl="im2col"`` every convolution larger than 1x1 also keeps its unfolded columns
+  (``C*k*k`` times the output positions, about 9x its input for a 3x3 stride-1 convolution) and a
+  per-image copy of its weight: ``ops.matmul`` of a 2-D weight with 3-D columns broadcasts the weight to
+  every image, and its backward multiplies the output gradient by a per-image broadcast of the transposed
+  weight. That backward broadcast depends only on the weight, so MindSpore's dataflow runtime may build it
+  as soon as the step starts; the planner counts it as kept;
+- workspace: the largest transient of any single layer's backward (output gradient, input gradient and,
+  for im2col, the column gradient and the transposed copy of the columns that the weight gradient
+  multiplies), a floor for what is live on top of the kept activations;
+- ``overhead_bytes``: a fixed cost the caller supplies (runtime, CUDA context, allocator caches; on CPU the
+  resident memory measured before the first step). It defaults to 0 because it depends on the device and
+  framework, not on the model.
+
+Precision: ``"fp32"`` stores everything in 4 bytes; ``"fp16"`` stores everything in 2 bytes (pure half
+precision, shown for comparison); ``"mixed"`` keeps fp32 master weights, gradients and optimizer state,
+an fp16 working copy of the weights, and fp16 activations. MindSpore's ``amp_level="O2"`` keeps BatchNorm
+in fp32, so the BatchNorm inputs it saves are fp32 and it needs more than this estimate; on CPU AMP was
+measured to use *more* memory than fp32.
+
+What is not counted: framework-specific reuse or fragmentation, cuDNN algorithm workspaces, data-loader
+buffers, communication buffers. Compare the activation slope (bytes per image of batch), which is what the
+model decides, rather than absolute totals. On CPU (MindSpore 2.10, GRAPH_MODE) the measured RSS slope of
+a native-convolution step matched ``activation_bytes_per_image`` closely on an AVX2 CPU; on AVX-512 CPUs
+oneDNN's composite NCHW convolution also books NHWC copies of each convolution's input and output
+(``onednn_ncsp_copy_bytes_per_image``: with them the chapter 02 sweep is matched again), while an im2col step measured
+several times more: the backward of ``ops.matmul`` also transposes the columns for the weight gradient
+(MindSpore's CPU Transpose is memory-hungry) and the dataflow runtime starts such work early. That is
+the implementation's cost, not the model's; the planner does not guess it, the chapter measures it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from helpers.core.errors import ConfigError
+
+# The same layout tables as helpers.train.models (shared, MindSpore-free).
+from helpers.core.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION  # noqa: E402
+
+STEMS = ("imagenet", "small")
+CONV_IMPLS = ("native", "im2col")
+OPTIMIZERS = {"sgd": 0, "momentum": 1, "adam": 2}       # state buffers per parameter
+# precision -> (activation, parameter, gradient, optimizer-state bytes, working-copy bytes per parameter)
+PRECISIONS = {
+    "fp32": (4, 4, 4, 4, 0),
+    "fp16": (2, 2, 2, 2, 0),
+    "mixed": (2, 4, 4, 4, 2),
+}
+BN_STAT_BYTES = 4        # running mean/variance stay fp32 in every mode
+LABEL_BYTES = 4          # int32 class index per image
+GIB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class LayerRow:
+    """One operation of the forward pass, with what it keeps for backward (element counts per image).
+
+    ``saved_elements`` counts only tensors this row is the first to keep, so summing the column never counts
+    a tensor twice; ``saved`` says which tensor that is. ``workspace_elements`` is the transient its
+    backward needs on top (gradients of output and input, im2col column gradients).
+    """
+
+    name: str
+    block: str           # "stem", "layer3.17", "head"
+    kind: str            # input, conv, bn, relu, maxpool, add, gap, fc, loss
+    out_shape: tuple     # (C, H, W) or (features,)
+    params: int          # trainable scalars
+    buffers: int         # non-trainable scalars (BatchNorm running statistics)
+    saved_elements: int
+    workspace_elements: int
+    saved: str
+    kernel: int = 0      # convolutions: kernel size, stride and input elements per image (0 elsewhere)
+    stride: int = 0
+    in_elements: int = 0
+
+    @property
+    def stage(self) -> str:
+        return self.block.split(".")[0]
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Predicted per-card peak memory of one training step (bytes); ``layers`` holds the per-op walk."""
+
+    arch: str
+    batch: int
+    image_size: int
+    num_classes: int
+    width: float
+    stem: str
+    precision: str
+    conv_impl: str
+    optimizer: str
+    accumulation_steps: int
+    param_count: int
+    param_bytes: int
+    weight_copy_bytes: int
+    grad_bytes: int
+    optimizer_bytes: int
+    accumulation_bytes: int
+    activation_bytes_per_image: int
+    activation_bytes: int
+    workspace_bytes: int
+    overhead_bytes: int
+    layers: tuple = ()
+
+    @property
+    def model_state_bytes(self) -> int:
+        """Everything that does not scale with the batch (weights, copies, gradients, optimizer, buffer)."""
+        return (self.param_bytes + self.weight_copy_bytes + self.grad_bytes + self.optimizer_bytes
+                + self.accumulation_bytes)
+
+    @property
+    def total_bytes(self) -> int:
+        return self.model_state_bytes + self.activation_bytes + self.workspace_bytes + self.overhead_bytes
+
+    @property
+    def total_gib(self) -> float:
+        return self.total_bytes / GIB
+
+    def fits(self, capacity_gb: float) -> bool:
+        return self.total_bytes <= capacity_gb * GIB
+
+    def summary(self) -> dict:
+        """Plain numbers (MiB) for a notebook table or a results JSON file."""
+        mib = 2 ** 20
+        return {
+            "arch": self.arch, "batch": self.batch, "image_size": self.image_size,
+            "precision": self.precision, "conv_impl": self.conv_impl, "optimizer": self.optimizer,
+            "accumulation_steps": self.accumulation_steps, "param_count": self.param_count,
+            "params_mib": self.param_bytes / mib, "weight_copy_mib": self.weight_copy_bytes / mib,
+            "grads_mib": self.grad_bytes / mib, "optimizer_mib": self.optimizer_bytes / mib,
+            "accumulation_mib": self.accumulation_bytes / mib,
+            "activations_mib": self.activation_bytes / mib,
+            "activation_mib_per_image": self.activation_bytes_per_image / mib,
+            "workspace_mib": self.workspace_bytes / mib, "overhead_mib": self.overhead_bytes / mib,
+            "total_mib": self.total_bytes / mib, "total_gib": self.total_gib,
+        }
+
+
+# ----------------------------------------------------------------------------------------------- the walk
+
+def _check_model_args(arch, num_classes, width, stem, image_size, conv_impl):
+    if arch not in ARCHS:
+        raise ConfigError(f"arch: must be one of {sorted(ARCHS)} (got {arch!r})")
+    if stem not in STEMS:
+        raise ConfigError(f"stem: must be one of {STEMS} (got {stem!r})")
+    if conv_impl not in CONV_IMPLS:
+        hint = "; resolve 'auto' first (helpers.train.conv_autoselect.resolve_conv_impl)" if conv_impl == "auto" else ""
+        raise ConfigError(f"conv_impl: must be one of {CONV_IMPLS} (got {conv_impl!r}){hint}")
+    if not width > 0:
+        raise ConfigError(f"width: must be positive (got {width!r})")
+    if int(num_classes) < 1:
+        raise ConfigError(f"num_classes: must be at least 1 (got {num_classes!r})")
+    if int(image_size) < 8:
+        raise ConfigError(f"image_size: must be at least 8 pixels (got {image_size!r})")
+
+
+def _conv_out(size: int, k: int, s: int) -> int:
+    p = k // 2                                        # helpers.train.im2col_conv.make_conv pads kernel_size // 2
+    return (size + 2 * p - k) // s + 1
+
+
+class _Walker:
+    """Appends rows while tracking the current tensor's shape; one method per kind of operation."""
+
+    def __init__(self, conv_impl: str):
+        self.conv_impl = conv_impl
+        self.rows: list[LayerRow] = []
+
+    def add(self, **kw):
+        self.rows.append(LayerRow(**kw))
+
+    def conv(self, name, block, cin, h, w, cout, k, s):
+        ho, wo = _conv_out(h, k, s), _conv_out(w, k, s)
+        weight = cout * cin * k * k
+        out = cout * ho * wo
+        grads = out + cin * h * w                      # dY and dX of this layer's backward
+        if self.conv_impl == "im2col" and k > 1:
+            cols = cin * k * k * ho * wo
+            saved, what = cols + weight, f"im2col columns ({cin * k * k}x{ho * wo}) + weight broadcast"
+            work = grads + 2 * cols                   # column gradient + transposed columns for dW
+        else:
+            saved, what, work = 0, "input (kept by its producer)", grads
+        self.add(name=name, block=block, kind="conv", out_shape=(cout, ho, wo), params=weight, buffers=0,
+                 saved_elements=saved, workspace_elements=work, saved=what, kernel=k, stride=s,
+                 in_elements=cin * h * w)
+        return cout, ho, wo
+
+    def bn(self, name, block, c, h, w):
+        n = c * h * w
+        self.add(name=name, block=block, kind="bn", out_shape=(c, h, w), params=2 * c, buffers=2 * c,
+                 saved_elements=n, workspace_elements=2 * n, saved="input (the convolution's output)")
+
+    def relu(self, name, block, c, h, w):
+        n = c * h * w
+        self.add(name=name, block=block, kind="relu", out_shape=(c, h, w), params=0, buffers=0,
+                 saved_elements=n, workspace_elements=2 * n, saved="output")
+
+    def block_body(self, prefix, kind, cin, h, w, width, stride):
+        """BasicBlock / Bottleneck of helpers.train.models, torchvision v1.5 layout (stride on the 3x3)."""
+        if kind == "basic":
+            plan = [(width, 3, stride, True), (width, 3, 1, False)]
+        else:
+            plan = [(width, 1, 1, True), (width, 3, stride, True), (width * 4, 1, 1, False)]
+        c, hh, ww = cin, h, w
+        for i, (cout, k, s, relu) in enumerate(plan, 1):
+            c, hh, ww = self.conv(f"{prefix}.conv{i}", prefix, c, hh, ww, cout, k, s)
+            self.bn(f"{prefix}.bn{i}", prefix, c, hh, ww)
+            if relu:
+                self.relu(f"{prefix}.relu{i}", prefix, c, hh, ww)
+        if stride != 1 or cin != c:
+            self.conv(f"{prefix}.down.conv", prefix, cin, h, w, c, 1, stride)
+            self.bn(f"{prefix}.down.bn", prefix, c, hh, ww)
+        n = c * hh * ww
+        self.add(name=f"{prefix}.add", block=prefix, kind="add", out_shape=(c, hh, ww), params=0,
+                 buffers=0, saved_elements=0, workspace_elements=2 * n, saved="nothing")
+        self.relu(f"{prefix}.relu_out", prefix, c, hh, ww)
+        return c, hh, ww
+
+
+def layer_walk(arch: str = "resnet50", image_size: int = 224, num_classes: int = 1000, width: float = 1.0,
+               stem: str = "imagenet", conv_impl: str = "native") -> list[LayerRow]:
+    """Every operation of ``helpers.train.models.ResNet`` in forward order, shapes computed on paper."""
+    _check_model_args(arch, num_classes, width, stem, image_size, conv_impl)
+    kind, depths = ARCHS[arch]
+    widths = [max(1, int(round(c * width))) for c in BASE_WIDTHS]   # exactly as helpers.train.models
+    wk = _Walker(conv_impl)
+    h = w = int(image_size)
+    wk.add(name="input", block="stem", kind="input", out_shape=(3, h, w), params=0, buffers=0,
+           saved_elements=3 * h * w, workspace_elements=0, saved="image batch (the first conv's input)")
+    c = widths[0]
+    if stem == "imagenet":
+        c, h, w = wk.conv("stem.conv", "stem", 3, h, w, c, 7, 2)
+        wk.bn("stem.bn", "stem", c, h, w)
+        wk.relu("stem.relu", "stem", c, h, w)
+        h, w = -(-h // 2), -(-w // 2)                 # MaxPool2d(3, 2, pad_mode="same"): ceil(h / 2)
+        wk.add(name="stem.maxpool", block="stem", kind="maxpool", out_shape=(c, h, w), params=0, buffers=0,
+               saved_elements=c * h * w, workspace_elements=c * h * w * 5,
+               saved="output (MaxPoolGrad reads input and output)")
+    else:
+        c, h, w = wk.conv("stem.conv", "stem", 3, h, w, c, 3, 1)
+        wk.bn("stem.bn", "stem", c, h, w)
+        wk.relu("stem.relu", "stem", c, h, w)
+    for i, (wid, n) in enumerate(zip(widths, depths)):
+        for j in range(n):
+            stride = 2 if (i > 0 and j == 0) else 1
+            c, h, w = wk.block_body(f"layer{i + 1}.{j}", kind, c, h, w, wid, stride)
+    wk.add(name="head.gap", block="head", kind="gap", out_shape=(c,), params=0, buffers=0,
+           saved_elements=c, workspace_elements=c * h * w, saved="pooled features (the classifier's input)")
+    wk.add(name="head.fc", block="head", kind="fc", out_shape=(num_classes,),
+           params=c * num_classes + num_classes, buffers=0, saved_elements=num_classes,
+           workspace_elements=num_classes + c, saved="logits")
+    wk.add(name="head.loss", block="head", kind="loss", out_shape=(num_classes,), params=0, buffers=0,
+           saved_elements=num_classes, workspace_elements=num_classes, saved="softmax (the loss gradient)")
+    return wk.rows
+
+
+def param_count(arch: str = "resnet50", num_classes: int = 1000, width: float = 1.0,
+                stem: str = "imagenet") -> int:
+    """Trainable scalars, as ``helpers.train.models.count_parameters`` counts them (image size plays no part)."""
+    return sum(r.params for r in layer_walk(arch, 64, num_classes, width, stem))
+
+
+# ------------------------------------------------------------------------------------------- estimates
+
+def _check_run_args(batch, precision, optimizer, accumulation_steps, overhead_bytes):
+    if int(batch) != batch or batch < 1:
+        raise ConfigError(f"batch: must be a positive integer (got {batch!r})")
+    if precision not in PRECISIONS:
+        raise ConfigError(f"precision: must be one of {sorted(PRECISIONS)} (got {precision!r})")
+    if optimizer not in OPTIMIZERS:
+        raise ConfigError(f"optimizer: must be one of {sorted(OPTIMIZERS)} (got {optimizer!r})")
+    if int(accumulation_steps) != accumulation_steps or accumulation_steps < 1:
+        raise ConfigError(f"accumulation_steps: must be a positive integer (got {accumulation_steps!r})")
+    if overhead_bytes < 0:
+        raise ConfigError(f"overhead_bytes: must not be negative (got {overhead_bytes!r})")
+
+
+def estimate(arch: str, batch: int, image_size: int = 224, num_classes: int = 1000, width: float = 1.0,
+             stem: str = "imagenet", precision: str = "fp32", conv_impl: str = "native",
+             optimizer: str = "momentum", accumulation_steps: int = 1,
+             overhead_bytes: int = 0) -> MemoryEstimate:
+    """Predicted peak memory of one training step on one card with ``batch`` images (the micro-batch)."""
+    _check_run_args(batch, precision, optimizer, accumulation_steps, overhead_bytes)
+    rows = layer_walk(arch, image_size, num_classes, width, stem, conv_impl)
+    act_b, par_b, grad_b, opt_b, copy_b = PRECISIONS[precision]
+    params = sum(r.params for r in rows)
+    buffers = sum(r.buffers for r in rows)
+    per_image = sum(r.saved_elements for r in rows) * act_b + LABEL_BYTES
+    workspace = max(r.workspace_elements for r in rows) * act_b
+    return MemoryEstimate(
+        arch=arch, batch=int(batch), image_size=int(image_size), num_classes=int(num_classes),
+        width=float(width), stem=stem, precision=precision, conv_impl=conv_impl, optimizer=optimizer,
+        accumulation_steps=int(accumulation_steps), param_count=params,
+        param_bytes=params * par_b + buffers * BN_STAT_BYTES,
+        weight_copy_bytes=params * copy_b,
+        grad_bytes=params * grad_b,
+        optimizer_bytes=params * opt_b * OPTIMIZERS[optimizer],
+        accumulation_bytes=params * grad_b if accumulation_steps > 1 else 0,
+        activation_bytes_per_image=per_image,
+        activation_bytes=per_image * int(batch),
+        workspace_bytes=workspace * int(batch),
+        overhead_bytes=int(overhead_bytes),
+        layers=tuple(rows),
+    )
+
+
+def fits(arch: str, batch: int, image_size: int = 224, *, capacity_gb: float, **kwargs) -> bool:
+    """Whether ``estimate(arch, batch, image_size, **kwargs)`` fits in ``capacity_gb`` GiB (2**30 bytes;
+    a "40 GB" A100 has 40 GiB)."""
+    return estimate(arch, batch, image_size, **kwargs).fits(capacity_gb)
+
+
+def max_batch(arch: str, image_size: int = 224, *, capacity_gb: float, limit: int = 1 << 16,
+              **kwargs) -> int:
+    """Largest batch whose estimate fits (0 if not even one image does); memory grows with the batch, so
+    a bisection is exact."""
+    if not fits(arch, 1, image_size, capacity_gb=capacity_gb, **kwargs):
+        return 0
+    lo, hi = 1, int(limit)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(arch, mid, image_size, capacity_gb=capacity_gb, **kwargs):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def plan_accumulation(arch: str, global_batch: int, world_size: int, capacity_gb: float,
+                      image_size: int = 224, **kwargs) -> tuple[int, int]:
+    """(micro_batch, accumulation_steps) reaching ``global_batch`` over ``world_size`` cards.
+
+    The per-card batch ``global_batch / world_size`` is split into equal micro-batches (so every
+    micro-step has the same shape and one compiled graph serves them all); the largest micro-batch that
+    divides it and fits wins, because larger micro-batches run faster and give BatchNorm more images.
+    With more than one step the estimate includes the gradient-sized accumulation buffer.
+    """
+    if int(world_size) != world_size or world_size < 1:
+        raise ConfigError(f"world_size: must be a positive integer (got {world_size!r})")
+    if int(global_batch) != global_batch or global_batch < 1 or global_batch % world_size:
+        raise ConfigError(f"global_batch: must be a positive multiple of world_size={world_size} "
+                          f"(got {global_batch!r})")
+    per_card = global_batch // world_size
+    for micro in sorted((d for d in range(1, per_card + 1) if per_card % d == 0), reverse=True):
+        steps = per_card // micro
+        if estimate(arch, micro, image_size, accumulation_steps=steps, **kwargs).fits(capacity_gb):
+            return micro, steps
+    smallest = estimate(arch, 1, image_size, accumulation_steps=max(per_card, 1), **kwargs)
+    raise ConfigError(
+        f"capacity_gb: {arch} at {image_size} px does not fit in {capacity_gb} GiB even with micro-batch 1 "
+        f"(estimate {smallest.total_gib:.2f} GiB, of which model state "
+        f"{smallest.model_state_bytes / GIB:.2f} GiB); use more cards (model or pipeline parallelism), "
+        f"lower precision, or a smaller model")
+
+
+def layer_table(arch: str, batch: int = 1, image_size: int = 224, by: str = "block", **kwargs) -> list[dict]:
+    """Rows for display: per op (``by="op"``), per residual block or per stage, in forward order.
+
+    Each row gives the output shape (last op of the group), trainable parameters, and the memory kept for
+    backward by the group for ``batch`` images in the estimate's precision.
+    """
+    if by not in ("op", "block", "stage"):
+        raise ConfigError(f"by: must be 'op', 'block' or 'stage' (got {by!r})")
+    est = estimate(arch, batch, image_size, **kwargs)
+    act_b = PRECISIONS[est.precision][0]
+    groups: dict[str, dict] = {}
+    for r in est.layers:
+        key = {"op": r.name, "block": r.block, "stage": r.stage}[by]
+        g = groups.setdefault(key, {"name": key, "kind": r.kind if by == "op" else by, "ops": 0,
+                                    "params": 0, "saved_elements_per_image": 0, "saved": r.saved})
+        g["ops"] += 1
+        g["out_shape"] = r.out_shape
+        g["params"] += r.params
+        g["saved_elements_per_image"] += r.saved_elements
+    rows = []
+    for g in groups.values():
+        g["saved_mib"] = g["saved_elements_per_image"] * act_b * est.batch / 2 ** 20
+        if by != "op":
+            del g["saved"]
+        rows.append(g)
+    return rows
+
+
+def classifier_param_bytes(feature_dim: int, num_classes: int, model_parallel: int = 1,
+                           bytes_per_param: int = 4) -> int:
+    """Bytes of the fully connected classifier (weight + bias) held by one card.
+
+    With ``model_parallel = m`` the classes are split over m cards (chapter 03's hybrid parallel), each
+    holding ``ceil(num_classes / m)`` rows; with 1 every card holds the whole layer (data parallel).
+    Multiply by the per-parameter training state (gradient, optimizer buffers) for the full cost.
+    """
+    if model_parallel < 1 or int(model_parallel) != model_parallel:
+        raise ConfigError(f"model_parallel: must be a positive integer (got {model_parallel!r})")
+    if feature_dim < 1 or num_classes < 1:
+        raise ConfigError(f"feature_dim and num_classes: must be positive (got {feature_dim}, {num_classes})")
+    rows = -(-int(num_classes) // int(model_parallel))
+    return rows * (int(feature_dim) + 1) * int(bytes_per_param)
+
+
+def forward_feature_bytes_per_image(arch: str, image_size: int = 224, bytes_per_value: int = 4,
+                                    **kwargs) -> int:
+    """Sum of every forward output with ReLUs done in place (convnet-burden's "feature memory" convention),
+    for comparing with ``PUBLISHED["convnet_burden"]``; not what training keeps (see ``estimate``)."""
+    rows = layer_walk(arch, image_size, **kwargs)
+    total = 0
+    for r in rows:
+        if r.kind in ("relu", "loss"):
+            continue
+        n = 1
+        for d in r.out_shape:
+            n *= d
+        total += n
+    return total * bytes_per_value
+
+
+def onednn_ncsp_copy_bytes_per_image(arch: str, image_size: int = 224, num_classes: int = 1000,
+                                     width: float = 1.0, stem: str = "imagenet", composite_passes: int = 1,
+                                     bytes_per_value: int = 4) -> int:
+    """Bytes per image that oneDNN's composite plain-layout convolution books beyond what the planner counts.
+
+    On CPUs with AVX-512 oneDNN runs an f32 convolution on plain NCHW tensors (MindSpore's layout) as
+    ``jit_uni_ncsp`` (verbose name ``jit_uni_ncsp:conv+ref``): it reorders the source to NHWC, runs an NHWC
+    convolution, and reorders the result back, so its scratchpad books one NHWC copy of the source and one of
+    the destination (``key_conv_ncsp_src`` / ``key_conv_ncsp_dst`` in oneDNN's ``jit_uni_ncsp_convolution.cpp``;
+    backward data books ``key_conv_ncsp_diff_dst`` / ``key_conv_ncsp_diff_src``, the same sizes, and backward
+    weights, when it runs the composite, source and output gradient). A 1x1, stride-1 unpadded convolution is
+    run as a matmul instead, with no copies. This sums
+    ``in + out`` elements over every other convolution, times ``composite_passes`` (how many of the
+    forward / backward-data / backward-weights passes ran the composite kernel): the growth per image if the
+    copies of every convolution were alive at the step's peak. An upper-bound model, to compare with a
+    measured slope, not a planner term (an AVX2 CPU runs a direct NCHW kernel with no such copies).
+    """
+    rows = layer_walk(arch, image_size, num_classes, width, stem)
+    per_pass = sum(r.in_elements + r.out_shape[0] * r.out_shape[1] * r.out_shape[2]
+                   for r in rows if r.kind == "conv" and not (r.kernel == 1 and r.stride == 1))
+    return int(per_pass) * int(composite_passes) * int(bytes_per_value)
+
+
+def keep_scenarios(arch: str = "resnet152", image_size: int = 224, batch: int = 64,
+                   target_gib: float = 35.0) -> list[dict]:
+    """What per-card memory a training step needs under different accounts of what it keeps (fp32, Momentum,
+    1,000 classes), to settle a published "needs more than ``target_gib``" claim: the planner's minimum,
+    the planner plus every BatchNorm output kept (what MXNet's measured slope implies), and no reuse of
+    backward workspaces (every layer's transient alive at once); each at ``batch`` and at twice it, with
+    the smallest batch that exceeds ``target_gib`` under each account."""
+    est = estimate(arch, batch, image_size)
+    per_image = {
+        "planner (what backward must keep)": est.activation_bytes_per_image + est.workspace_bytes / batch,
+        "planner + every BatchNorm output kept": est.activation_bytes_per_image + est.workspace_bytes / batch
+        + sum(r.saved_elements for r in est.layers if r.kind == "bn") * PRECISIONS["fp32"][0],
+        "planner + no reuse of backward workspaces": est.activation_bytes_per_image
+        + sum(r.workspace_elements for r in est.layers) * PRECISIONS["fp32"][0],
+    }
+    rows = []
+    for what, b_img in per_image.items():
+        at = {b: (est.model_state_bytes + b_img * b) / GIB for b in (batch, 2 * batch)}
+        first_over = int((target_gib * GIB - est.model_state_bytes) // b_img) + 1
+        rows.append({"account": what, "mib_per_image": b_img / 2 ** 20, "gib_at_batch": at[batch],
+                     "gib_at_double_batch": at[2 * batch], "batch_over_target": first_over,
+                     "batch": batch, "target_gib": target_gib, "arch": arch, "image_size": image_size})
+    pub = PUBLISHED["mxnet_finetuner_titanx"]
+    if arch in pub["mib"] and image_size == pub["image_size"]:
+        slope = published_slope_mib_per_image(arch)
+        b0, m0 = pub["batches"][0], pub["mib"][arch][0]
+        at = {b: (m0 + slope * (b - b0)) / 1024 for b in (batch, 2 * batch)}
+        rows.append({"account": "MXNet measured (TITAN X), extrapolated", "mib_per_image": slope,
+                     "gib_at_batch": at[batch], "gib_at_double_batch": at[2 * batch],
+                     "batch_over_target": int((target_gib * 1024 - m0) // slope) + b0 + 1,
+                     "batch": batch, "target_gib": target_gib, "arch": arch, "image_size": image_size})
+    return rows
+
+
+# ----------------------------------------------------------------------------------- published figures
+# Only numbers read from a public source, with where they come from. They were produced with other
+# frameworks and memory managers (PyTorch, MXNet, MatConvNet): compare orders of magnitude and slopes.
+PUBLISHED = {
+    "nvidia_dle_resnet50": {
+        "what": "per-GPU batch size of NVIDIA's ResNet-50 v1.5 training recipes (224 px, SGD with "
+                "momentum, PyTorch); a batch that runs, not a measured maximum nor a memory figure",
+        "source": "NVIDIA DeepLearningExamples, PyTorch/Classification/ConvNets/configs.yml "
+                  "(models.resnet50), commit 097c7ff917b7c56246590b1246a8f5bd8957c534",
+        "url": "https://github.com/NVIDIA/DeepLearningExamples/blob/master/PyTorch/Classification/"
+               "ConvNets/configs.yml",
+        "arch": "resnet50", "image_size": 224,
+        "entries": [
+            {"platform": "DGX-1V (V100 16GB)", "capacity_gb": 16, "precision": "fp32", "batch_per_gpu": 112},
+            {"platform": "DGX-1V (V100 16GB)", "capacity_gb": 16, "precision": "mixed", "batch_per_gpu": 256},
+            {"platform": "DGX-2V (V100 32GB)", "capacity_gb": 32, "precision": "fp32", "batch_per_gpu": 256},
+            {"platform": "DGX-2V (V100 32GB)", "capacity_gb": 32, "precision": "mixed", "batch_per_gpu": 256},
+            {"platform": "DGX A100 (A100 80GB)", "capacity_gb": 80, "precision": "fp32",
+             "batch_per_gpu": 256, "note": "TF32 math, fp32 storage"},
+            {"platform": "DGX A100 (A100 80GB)", "capacity_gb": 80, "precision": "mixed",
+             "batch_per_gpu": 256},
+            {"platform": "T4 (16GB)", "capacity_gb": 16, "precision": "fp32", "batch_per_gpu": 128},
+            {"platform": "T4 (16GB)", "capacity_gb": 16, "precision": "mixed", "batch_per_gpu": 256},
+        ],
+    },
+    "mxnet_finetuner_titanx": {
+        "what": "GPU memory (MiB) while fine-tuning with SGD on one Maxwell TITAN X (12 GiB), 224 px, "
+                "MXNet model-zoo ResNets, at batch 10/20/30/40; totals include the runtime's fixed cost, "
+                "so the slope between batch sizes is the comparable figure",
+        "source": "knjcode/mxnet-finetuner, docs/benchmark.md ('Memory usage (MiB)'), "
+                  "commit 40d142dc28c1e56d0cfbdc727ecf58d4e6efb195; 224 px from util/functions "
+                  "get_image_size",
+        "url": "https://github.com/knjcode/mxnet-finetuner/blob/master/docs/benchmark.md",
+        "image_size": 224, "precision": "fp32", "batches": (10, 20, 30, 40),
+        "mib": {
+            "resnet18": (814, 1163, 1497, 1853),
+            "resnet34": (1127, 1619, 2094, 2598),
+            "resnet50": (1875, 3080, 4265, 5483),
+            "resnet101": (2791, 4576, 6341, 8158),
+            "resnet152": (3790, 6296, 8777, 11330),
+        },
+    },
+    "convnet_burden": {
+        "what": "memory of all forward feature maps for one 224 px image, fp32, ReLUs in place "
+                "(MatConvNet ResNet v1 models, stride on the first 1x1), and parameter memory; "
+                "an inference-style count, not what training keeps",
+        "source": "albanie/convnet-burden, README.md table 'Image Classification Architectures', "
+                  "commit 1fe5ef5601014e5b1c4669231736bdd32dea67fd",
+        "url": "https://github.com/albanie/convnet-burden/blob/master/README.md",
+        "image_size": 224,
+        "feature_mb": {"resnet50": 103, "resnet101": 155, "resnet152": 219},
+        "param_mb": {"resnet50": 98, "resnet101": 170, "resnet152": 230},
+    },
+}
+
+
+def published_slope_mib_per_image(arch: str) -> float:
+    """Least-squares slope (MiB per image) of the mxnet-finetuner memory figures for ``arch``."""
+    src = PUBLISHED["mxnet_finetuner_titanx"]
+    xs, ys = src["batches"], src["mib"][arch]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+
+
+def compare_published(precision: str = "fp32") -> list[dict]:
+    """The planner next to every published figure above (ImageNet layout, 1000 classes, native conv).
+
+    ``kind`` says what is compared: ``batch_fits`` (the planner's total at the recipe's batch, in GiB,
+    against the card), ``slope`` (MiB per image of batch) or ``features`` (forward feature MB per image).
+    """
+    rows = []
+    dle = PUBLISHED["nvidia_dle_resnet50"]
+    for e in dle["entries"]:
+        if e["precision"] != precision and precision != "all":
+            continue
+        est = estimate("resnet50", e["batch_per_gpu"], 224, precision=e["precision"])
+        rows.append({"kind": "batch_fits", "arch": "resnet50", "what": e["platform"],
+                     "precision": e["precision"], "batch": e["batch_per_gpu"],
+                     "published": e["capacity_gb"], "planner": round(est.total_gib, 2),
+                     "planner_max_batch": max_batch("resnet50", 224, capacity_gb=e["capacity_gb"],
+                                                    precision=e["precision"]),
+                     "source": "nvidia_dle_resnet50"})
+    for arch in PUBLISHED["mxnet_finetuner_titanx"]["mib"]:
+        est = estimate(arch, 1, 224, precision="fp32")
+        per_image = (est.activation_bytes_per_image + est.workspace_bytes) / 2 ** 20
+        rows.append({"kind": "slope", "arch": arch, "what": "MiB per image of batch",
+                     "precision": "fp32", "published": round(published_slope_mib_per_image(arch), 1),
+                     "planner": round(per_image, 1), "source": "mxnet_finetuner_titanx"})
+    burden = PUBLISHED["convnet_burden"]
+    for arch, mb in burden["feature_mb"].items():
+        mine = forward_feature_bytes_per_image(arch, 224) / 2 ** 20
+        rows.append({"kind": "features", "arch": arch, "what": "forward feature MB per image",
+                     "precision": "fp32", "published": mb, "planner": round(mine, 1),
+                     "source": "convnet_burden"})
+    return rows

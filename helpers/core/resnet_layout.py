@@ -1,0 +1,20 @@
+"""The ResNet layout as plain data (no MindSpore import), shared by the models and the memory planner.
+
+arch -> (block kind, blocks per stage); channel expansion per block kind; base stage widths.
+"""
+
+ARCHS = {
+    "resnet18": ("basic", (2, 2, 2, 2)),
+    "resnet34": ("basic", (3, 4, 6, 3)),
+    "resnet50": ("bottleneck", (3, 4, 6, 3)),
+    "resnet101": ("bottleneck", (3, 4, 23, 3)),
+    "resnet152": ("bottleneck", (3, 8, 36, 3)),
+}
+EXPANSION = {"basic": 1, "bottleneck": 4}
+BASE_WIDTHS = (64, 128, 256, 512)
+
+
+def feature_width(arch: str, width: float) -> int:
+    """The classifier's input size: the last stage's channels, scaled exactly as ``helpers.train.models`` does."""
+    kind, _ = ARCHS[arch]
+    return max(1, int(round(BASE_WIDTHS[-1] * width))) * EXPANSION[kind]

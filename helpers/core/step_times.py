@@ -1,0 +1,27 @@
+"""The one way the course turns per-rank step times into a steady step time and a throughput."""
+
+from __future__ import annotations
+
+import numpy as np
+
+RANK_REDUCTIONS = ("slowest", "mean")
+
+
+def steady_step_s(step_s, skip: int = 1, ranks: str = "slowest") -> float:
+    """Median over steps ``skip..`` of each step's slowest rank (a data-parallel step ends when its slowest
+    rank does) or of the ranks' mean (``ranks="mean"``: where one rank's time goes). ``step_s`` is
+    (ranks x steps); step 0 compiles the graph, hence ``skip=1``; with no step after ``skip`` all are used."""
+    if ranks not in RANK_REDUCTIONS:
+        raise ValueError(f"ranks must be one of {RANK_REDUCTIONS}, not {ranks!r}")
+    a = np.atleast_2d(np.asarray(step_s, dtype=float))
+    if a.size == 0:
+        raise ValueError("no step times")
+    if a.shape[1] > skip:
+        a = a[:, skip:]
+    per_step = a.max(axis=0) if ranks == "slowest" else a.mean(axis=0)
+    return float(np.median(per_step))
+
+
+def img_per_s(step_s, global_batch: int, skip: int = 1) -> float:
+    """Images per second of a job: the global batch over its steady (slowest-rank) step time."""
+    return float(global_batch / steady_step_s(step_s, skip))

@@ -1,0 +1,91 @@
+"""Chapter 00 exercises: ranks and msrun flags (public via ``helpers.exercises``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from helpers.exercises.common import _checker, _int, _kind, _say, _tuple_error
+
+EX00_WORLD_SIZE = 8                      # the notebook's job: 8 ranks
+EX00_WORKER_ORDINAL = 6                  # "the 6th worker", counting from 1
+EX00_NODES, EX00_WORKERS_PER_NODE = 2, 4  # two servers A and B, 4 cards each
+
+
+@_checker
+def check_00_rank_and_size(answer) -> bool:
+    """(rank, group size) that ``get_rank()`` / ``get_group_size()`` return in the 6th worker of the job."""
+    if answer is None:
+        return _say(None, "set answer = (rank, group_size) for the 6th worker of the 8-rank job")
+    error = _tuple_error(answer, "(rank, group_size)", 2)
+    if error:
+        return _say(False, error)
+    from helpers.core.config import job_config
+
+    world = job_config("ci", world_size=EX00_WORLD_SIZE).world_size
+    want_rank = list(range(world))[EX00_WORKER_ORDINAL - 1]   # msrun numbers the workers RANK_ID 0..world-1
+    rank, size = (_int(v) for v in answer)
+    if (rank, size) == (want_rank, world):
+        return _say(True, f"rank {want_rank} of {world}: ranks run 0..{world - 1}, and the group size is the "
+                          "whole job, whichever node a worker is on")
+    if (rank, size) == (world, want_rank):
+        return _say(False, "the two are swapped: the tuple is (rank, group_size), the rank first")
+    if size != world:
+        return _say(False, f"get_group_size() is the number of ranks in the whole job (the world group): "
+                           f"{world}, not {size}")
+    if rank == EX00_WORKER_ORDINAL:
+        return _say(False, f"off by one: ranks count from 0, so the {EX00_WORKER_ORDINAL}th worker has rank "
+                           f"{want_rank}, not {rank}")
+    return _say(False, f"the {EX00_WORKER_ORDINAL}th worker has rank {want_rank}, not {rank} (ranks run "
+                       f"0..{world - 1} in the order msrun starts the workers)")
+
+
+def _two_nodes_hints(got: dict, want: dict) -> list[str]:
+    """One hint per wrong msrun flag on server B, naming the usual confusion."""
+    if (got["worker_num"], got["local_worker_num"]) == (want["local_worker_num"], want["worker_num"]):
+        return ["worker_num and local_worker_num are swapped: worker_num counts the whole job, "
+                "local_worker_num this server's cards"]
+    hints = []
+    if got["worker_num"] != want["worker_num"]:
+        hints.append(f"worker_num counts the workers of the whole job on both servers ({want['worker_num']}), "
+                     f"not {got['worker_num']}")
+    if got["local_worker_num"] != want["local_worker_num"]:
+        hints.append(f"local_worker_num counts only this server's cards ({want['local_worker_num']}), "
+                     f"not {got['local_worker_num']}")
+    if got["node_rank"] == want["node_rank"] + 1:
+        hints.append(f"node_rank is off by one: servers count from 0 (A is 0), so B is {want['node_rank']}")
+    elif got["node_rank"] == 0:
+        hints.append(f"node_rank 0 is server A, the master; B is {want['node_rank']}")
+    elif got["node_rank"] != want["node_rank"]:
+        hints.append(f"node_rank is this server's index from 0: {want['node_rank']}, not {got['node_rank']}")
+    return hints
+
+
+@_checker
+def check_00_two_nodes(answer) -> bool:
+    """The msrun flags on server B of 2 servers x 4 cards: a dict of ``worker_num``, ``local_worker_num``,
+    ``node_rank`` (ints)."""
+    if answer is None:
+        return _say(None, 'set answer = {"worker_num": ..., "local_worker_num": ..., "node_rank": ...} '
+                          'for server B')
+    if not isinstance(answer, dict):
+        return _say(False, f"the exercise asks for a dict of the three flags, got {_kind(answer)}")
+    from helpers.core.config import job_config
+    from helpers.job.launch import msrun_command
+
+    cfg = job_config("ci", world_size=EX00_NODES * EX00_WORKERS_PER_NODE,
+                     local_world_size=EX00_WORKERS_PER_NODE, node_rank=EX00_NODES - 1)
+    flags = dict(arg[2:].split("=", 1) for arg in msrun_command(cfg, Path("config.json"), Path("logs"))
+                 if arg.startswith("--") and "=" in arg)
+    want = {k: int(flags[k]) for k in ("worker_num", "local_worker_num", "node_rank")}
+    missing = [k for k in want if k not in answer]
+    if missing:
+        return _say(False, f"the dict lacks {', '.join(missing)}: give all three flags")
+    for key in want:
+        if _int(answer[key]) is None:
+            return _say(False, f"{key} is a whole number (int), got {_kind(answer[key])}")
+    hints = _two_nodes_hints({k: _int(answer[k]) for k in want}, want)
+    if hints:
+        return _say(False, "; ".join(hints))
+    return _say(True, f"on B: msrun --worker_num={want['worker_num']} --local_worker_num="
+                      f"{want['local_worker_num']} --node_rank={want['node_rank']} (same master address and "
+                      "port as A)")

@@ -1,0 +1,53 @@
+"""Chapter 02 exercise: micro-batch and accumulation steps on a 16 GiB card (public via ``helpers.exercises``)."""
+
+from __future__ import annotations
+
+from helpers.exercises.common import _checker, _int, _say, _tuple_error
+
+EX02_ARCH, EX02_IMAGE_SIZE = "resnet50", 224
+EX02_GLOBAL_BATCH, EX02_CARDS, EX02_CAPACITY_GB = 2048, 8, 16   # 256 images per card, 16 GiB cards
+
+
+def _accumulation_hint(micro: int, steps: int, best: tuple[int, int]) -> str:
+    """Why (micro, steps) is not the largest micro-batch that fits, naming the usual confusion."""
+    from helpers.core.memory_planner import estimate
+
+    per_card = EX02_GLOBAL_BATCH // EX02_CARDS
+    if (steps, micro) == best:
+        return "the two are swapped: the tuple is (micro_batch, accumulation_steps), the micro-batch first"
+    if micro < 1 or steps < 1:
+        return f"micro-batch and steps are at least 1, got {micro} x {steps}"
+    if micro * steps == EX02_GLOBAL_BATCH:
+        return (f"{micro} x {steps} = {EX02_GLOBAL_BATCH} is the global batch; each card accumulates its own "
+                f"share, the per-card batch {EX02_GLOBAL_BATCH} / {EX02_CARDS} = {per_card}")
+    if micro * steps != per_card:
+        return (f"micro_batch x accumulation_steps must be the per-card batch {per_card} (equal "
+                f"micro-batches, so the micro-batch divides {per_card}), got {micro} x {steps} = {micro * steps}")
+    est = estimate(EX02_ARCH, micro, EX02_IMAGE_SIZE, accumulation_steps=steps)
+    if not est.fits(EX02_CAPACITY_GB):
+        return (f"micro-batch {micro} needs about {est.total_gib:.1f} GiB by the planner, more than "
+                f"{EX02_CAPACITY_GB} GiB")
+    return (f"{micro} x {steps} fits (~{est.total_gib:.1f} GiB) but is not the largest micro-batch that fits: "
+            f"the exercise asks for the fewest accumulation steps, and micro-batch {best[0]} fits too")
+
+
+@_checker
+def check_02_accumulation(answer) -> bool:
+    """(micro_batch, accumulation_steps) for ResNet-50, 224 px, 256 images per 16 GiB card: the largest
+    micro-batch that divides 256 and fits, i.e. the fewest accumulation steps (``plan_accumulation``)."""
+    if answer is None:
+        return _say(None, "set answer = (micro_batch, accumulation_steps): the largest micro-batch that fits")
+    error = _tuple_error(answer, "(micro_batch, accumulation_steps)", 2)
+    if error:
+        return _say(False, error)
+    from helpers.core.memory_planner import estimate, plan_accumulation
+
+    micro, steps = (_int(v) for v in answer)
+    best = plan_accumulation(EX02_ARCH, EX02_GLOBAL_BATCH, EX02_CARDS, EX02_CAPACITY_GB, EX02_IMAGE_SIZE)
+    if (micro, steps) != best:
+        return _say(False, _accumulation_hint(micro, steps, best))
+    est = estimate(EX02_ARCH, micro, EX02_IMAGE_SIZE, accumulation_steps=steps)
+    twice = estimate(EX02_ARCH, 2 * micro, EX02_IMAGE_SIZE, accumulation_steps=max(steps // 2, 1))
+    return _say(True, f"{micro} x {steps}: the largest micro-batch that fits (~{est.total_gib:.1f} GiB of "
+                      f"{EX02_CAPACITY_GB}; {2 * micro} would need ~{twice.total_gib:.1f}), what "
+                      "plan_accumulation picks")

@@ -1,0 +1,88 @@
+"""What msrun starts for every process of a job: runs the worker as a child, records how it ended, ends it if the launcher dies.
+
+msrun is the parent of its workers, so only it learns a worker's exit signal, and it reports the first one it
+happens to poll; the guard sees its own child's end at once and writes ``metrics/exit_<who>.json`` (rank or
+``scheduler``, return code, signal name, time). It also watches the launching process (``COURSE_LAUNCHER_PID``):
+when a notebook kernel dies mid-job, the guard kills its child and exits, and msrun then ends the rest.
+Stdlib and psutil only: it starts in milliseconds and must not import MindSpore.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+LAUNCHER_PID_ENV = "COURSE_LAUNCHER_PID"
+LAUNCHER_START_ENV = "COURSE_LAUNCHER_START"
+WATCH_S = 0.5
+
+
+def exit_record_path(run_dir: Path, who: str) -> Path:
+    """``metrics/exit_<rank>.json`` or ``metrics/exit_scheduler.json``."""
+    return Path(run_dir) / "metrics" / f"exit_{who}.json"
+
+
+def process_start(pid: int) -> float:
+    """A process's start time (seconds since the epoch), to tell it from a later process with the same pid."""
+    return psutil.Process(pid).create_time()
+
+
+def launcher_alive(pid: int, start: float) -> bool:
+    try:
+        proc = psutil.Process(pid)
+        return abs(proc.create_time() - start) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def signal_name(returncode: int) -> str | None:
+    """``SIGKILL`` for a child ended by signal 9 (return code -9), None for a normal exit."""
+    if returncode >= 0:
+        return None
+    try:
+        return signal.Signals(-returncode).name
+    except ValueError:
+        return f"signal {-returncode}"
+
+
+def write_exit_record(run_dir: Path, who: str, returncode: int, reason: str) -> None:
+    path = exit_record_path(run_dir, who)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rec = dict(who=who, returncode=returncode, signal=signal_name(returncode), reason=reason, time=time.time())
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(rec))
+    os.replace(tmp, path)
+
+
+def guard(config_path: str) -> int:
+    """Run ``python -m helpers.train.worker config_path`` and wait for it (or for the launcher's death)."""
+    run_dir = Path(config_path).parent
+    who = "scheduler" if os.environ.get("MS_ROLE") == "MS_SCHED" else os.environ.get("RANK_ID", "unknown")
+    child = subprocess.Popen([sys.executable, "-u", "-m", "helpers.train.worker", config_path])
+    for sig in (signal.SIGTERM, signal.SIGINT):   # pass a polite stop on to the worker
+        signal.signal(sig, lambda s, _f: child.send_signal(s))
+    pid, start = int(os.environ.get(LAUNCHER_PID_ENV, "0")), float(os.environ.get(LAUNCHER_START_ENV, "0"))
+    reason = "exited"
+    while True:
+        try:
+            code = child.wait(timeout=WATCH_S)
+            break
+        except subprocess.TimeoutExpired:
+            if pid and not launcher_alive(pid, start):
+                child.kill()
+                code, reason = child.wait(), "launcher_gone"
+                break
+    if code != 0 or reason != "exited":
+        write_exit_record(run_dir, who, code, reason)
+    return code if code >= 0 else 128 - code
+
+
+if __name__ == "__main__":
+    sys.exit(guard(sys.argv[1]))

@@ -1,0 +1,53 @@
+"""The jobs a course home has running (``runs/.jobs/<job_id>.json``), so a job left by a dead launcher is found and ended."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from helpers.core.paths import resolve
+from helpers.job.rank_guard import launcher_alive, process_start
+
+REGISTRY = "runs/.jobs"
+
+
+def register(job_id: str, run_dir: Path) -> Path:
+    """Record that this process launched ``job_id`` (removed again by ``unregister``)."""
+    folder = resolve(REGISTRY)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{job_id}.json"
+    rec = dict(job_id=job_id, run_dir=str(run_dir), launcher_pid=os.getpid(),
+               launcher_start=process_start(os.getpid()), started=time.time())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rec))
+    os.replace(tmp, path)
+    return path
+
+
+def unregister(job_id: str) -> None:
+    try:
+        (resolve(REGISTRY) / f"{job_id}.json").unlink()
+    except FileNotFoundError:
+        pass
+
+
+def reap_orphans(kill) -> list[dict]:
+    """End every registered job whose launcher is dead; ``kill(job_id)`` returns what it killed.
+
+    Returns one dict per job cleaned up: its run folder and how many of its processes were still alive."""
+    folder = resolve(REGISTRY)
+    cleaned = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            path.unlink(missing_ok=True)      # a half-written entry of a launcher that died while writing it
+            continue
+        if launcher_alive(rec["launcher_pid"], rec["launcher_start"]):
+            continue
+        killed = kill(rec["job_id"])
+        path.unlink(missing_ok=True)
+        cleaned.append(dict(run_dir=rec["run_dir"], processes=killed))
+    return cleaned

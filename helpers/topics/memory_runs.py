@@ -1,0 +1,262 @@
+"""Measured memory of training on CPU, to set next to ``helpers.core.memory_planner``'s predictions (chapter 02).
+
+On CPU ``mindspore.runtime.max_memory_allocated()`` returns 0 (documented, and recorded by
+``measure_step_memory`` as ``allocator_max_allocated_mb``), so memory is measured from the operating
+system: resident set size (RSS) and virtual size (VMS) per process.
+
+Two sources:
+
+- a finished job (``JobResult``): every rank records ``rss_peak_mb`` (``ru_maxrss``), ``rss_mb`` and
+  ``vms_peak_mb`` after each step and a ``ready`` record before its first step; ``job_memory`` turns them
+  into per-rank peaks and "activation" memory = peak RSS minus the ``ready`` RSS. That difference also
+  holds what the first step's graph compilation leaves behind (less when the graph comes from the compile
+  cache), so compare jobs whose compile-cache state is the same, and prefer batches whose activations
+  dwarf it;
+- ``measure_step_memory``: one training step of a model in a fresh single process (a subprocess, so the
+  notebook kernel never builds a graph), peak RSS of the steady steps only: after a first step that
+  compiles, the kernel's peak counter is reset (``/proc/self/clear_refs``) and read again after the next
+  steps. ``sweep`` repeats it over batch sizes and ``fit_slope`` gives the measured MiB per image of
+  batch, which is what the planner's ``activation_bytes_per_image`` (+ workspace) predicts.
+
+What the address-space cap sees: ``mem_cap_mb`` is an ``RLIMIT_AS`` cap, so it counts virtual memory,
+which on CPU peaks well above RSS: MindSpore's CPU memory pool reserves address space in blocks of
+1 GiB (``mempool_block_size`` cannot be set below 1 GB), so a cap only bites when a batch needs more
+than the address space its rank already reserved; ``cap_below`` places a cap under a measured run's peak.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+MIB = 2 ** 20
+
+
+# ----------------------------------------------------------------------------------------- from a job
+def job_memory(result) -> dict:
+    """Per-rank memory of a finished job, in MiB: lists indexed by rank, plus the worst rank.
+
+    ``peak_rss`` is the largest ``rss_peak_mb`` a rank recorded (its ``ru_maxrss``), ``ready_rss`` the RSS
+    before its first step, ``activation`` their difference, ``vms_peak`` the largest virtual size;
+    on GPU/Ascend also ``device_peak`` (``mindspore.runtime.max_memory_allocated``, 0 on CPU).
+    """
+    from helpers.core.metrics import metrics_path, read_records
+
+    ready = []
+    for r in sorted(result.steps):
+        recs = [x for x in read_records(metrics_path(result.run_dir, r)) if x["event"] == "ready"]
+        ready.append(recs[0] if recs else {"rss_mb": float("nan"), "vms_mb": float("nan")})
+    peak = result.metric("rss_peak_mb").max(axis=1)
+    vms = result.metric("vms_peak_mb").max(axis=1)
+    ready_rss = np.array([x["rss_mb"] for x in ready])
+    act = peak - ready_rss
+    out = {
+        "peak_rss": peak.tolist(), "ready_rss": ready_rss.tolist(), "activation": act.tolist(),
+        "vms_peak": vms.tolist(), "ready_vms": [x["vms_mb"] for x in ready],
+        "max_peak_rss": float(peak.max()), "max_activation": float(act.max()),
+        "max_vms_peak": float(vms.max()), "max_device_peak": None,
+    }
+    first = next(iter(result.steps.values()), [{}])
+    if first and "device_peak_mb" in first[0]:   # GPU/Ascend: the device allocator's own peak
+        device = result.metric("device_peak_mb").max(axis=1)
+        out.update(device_peak=device.tolist(), max_device_peak=float(device.max()))
+    return out
+
+
+def job_throughput(result, skip_first: bool = True) -> float:
+    """Images per second of the whole job: global batch / median over steps of the slowest rank's step time.
+
+    The first step (graph compilation) is left out; a step of a data-parallel job ends when its slowest rank
+    does (the gradient AllReduce waits for it).
+    """
+    st = result.metric("step_s")
+    if skip_first and st.shape[1] > 1:
+        st = st[:, 1:]
+    return float(result.config.global_batch / np.median(st.max(axis=0)))
+
+
+# ------------------------------------------------------------------------------- one process, measured
+def _status_kib(field: str) -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    return float("nan")
+
+
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak-RSS counter (VmHWM); False where the kernel does not allow it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _measure_here(spec: dict) -> dict:
+    """Run in the measuring subprocess: build the model and step, compile, then measure steady steps."""
+    import time
+
+    import mindspore as ms
+    from mindspore import nn
+    from mindspore.device_context.cpu.op_tuning import threads_num
+
+    from helpers.train.models import build_model
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    threads_num(int(spec.get("threads", 1)))
+    ms.set_seed(0)
+    batch, k = int(spec["batch"]), int(spec.get("accumulation_steps", 1))
+    net = build_model(spec["arch"], spec.get("num_classes", 10), spec["width"], spec["stem"],
+                      spec["conv_impl"])
+    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
+    opt = nn.Momentum(net.trainable_params(), 0.01, 0.9)
+    rng = np.random.default_rng(0)
+    size = int(spec["image_size"])
+
+    def data(n):
+        return (ms.Tensor(rng.standard_normal((n, 3, size, size)).astype(np.float32)),
+                ms.Tensor(rng.integers(0, spec.get("num_classes", 10), n).astype(np.int32)))
+
+    if k == 1:
+        step_cell = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
+        step_cell.set_train()
+        x, y = data(batch)
+
+        def step():
+            step_cell(x, y).asnumpy()
+    else:
+        from helpers.train.grad_accumulation import AccumulatingTrainStep
+
+        acc = AccumulatingTrainStep(nn.WithLossCell(net, loss), opt, k)
+        micro = [data(batch // k) for _ in range(k)]
+
+        def step():
+            acc(micro)
+
+    ready_rss = _status_kib("VmRSS") / 1024
+    ready_vms = _status_kib("VmSize") / 1024
+    t0 = time.perf_counter()
+    step()                                      # compiles
+    first_s = time.perf_counter() - t0
+    after_first_rss = _status_kib("VmRSS") / 1024
+    reset = _reset_peak_rss()
+    times = []
+    for _ in range(int(spec.get("steps", 2))):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    from mindspore import runtime
+
+    return {
+        # MindSpore's own allocator counters (documented to read 0 on CPU: recorded, so the notebook can say so)
+        "allocator_max_allocated_mb": runtime.max_memory_allocated() / MIB,
+        "allocator_max_reserved_mb": runtime.max_memory_reserved() / MIB,
+        "batch": batch, "accumulation_steps": k, "image_size": size, "conv_impl": spec["conv_impl"],
+        "ready_rss_mb": ready_rss, "ready_vms_mb": ready_vms, "after_first_step_rss_mb": after_first_rss,
+        "steady_peak_rss_mb": _status_kib("VmHWM") / 1024 if reset else float("nan"),
+        "peak_rss_mb": _status_kib("VmHWM") / 1024 if not reset else None,
+        "vms_peak_mb": _status_kib("VmPeak") / 1024, "first_step_s": first_s,
+        "step_s": float(np.median(times)), "peak_reset": reset,
+    }
+
+
+def measure_step_memory(batch: int, arch: str = "resnet18", width: float = 0.125, stem: str = "small",
+                        image_size: int = 32, conv_impl: str = "native", accumulation_steps: int = 1,
+                        steps: int = 2, threads: int = 1, timeout_s: float = 600.0,
+                        onednn_verbose: bool = False) -> dict:
+    """Peak RSS of steady training steps (after compilation) of one model in a fresh single process.
+
+    ``batch`` is the per-step batch (with ``accumulation_steps`` K it is split into K micro-batches run
+    through ``helpers.train.grad_accumulation``). Returns MiB figures: ``ready_rss_mb`` (built, before the first step),
+    ``steady_peak_rss_mb`` (peak of the steps after the compiling one), ``vms_peak_mb``, and step times.
+    ``onednn_verbose``: also return ``conv_kernels``, the oneDNN implementation MindSpore's native
+    convolution ran for each pass (``onednn_conv_kernels``): it depends on the CPU's instruction set, and
+    so does the memory a convolution holds beyond the activations.
+    """
+    if conv_impl not in ("native", "im2col"):
+        raise ValueError(f"conv_impl: measure 'native' or 'im2col' explicitly (got {conv_impl!r})")
+    spec = dict(batch=batch, arch=arch, width=width, stem=stem, image_size=image_size, conv_impl=conv_impl,
+                accumulation_steps=accumulation_steps, steps=steps, threads=threads)
+    code = ("import json, sys; from helpers.topics.memory_runs import _measure_here; "
+            "print('RESULT ' + json.dumps(_measure_here(json.loads(sys.argv[1]))))")
+    from helpers.core.paths import course_home
+
+    env = {**os.environ, "GLOG_v": "3", "OMP_NUM_THREADS": str(threads),
+           "PYTHONPATH": os.pathsep.join([str(course_home()), os.environ.get("PYTHONPATH", "")])}
+    env.pop("MS_COMPILER_CACHE_ENABLE", None)
+    if onednn_verbose:
+        env["ONEDNN_VERBOSE"] = "1"
+    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
+                          env=env, timeout=timeout_s, cwd=str(course_home()))
+    for line in proc.stdout.splitlines():
+        if line.startswith("RESULT "):
+            result = json.loads(line[len("RESULT "):])
+            if onednn_verbose:
+                result["conv_kernels"] = onednn_conv_kernels(proc.stdout.splitlines())
+            return result
+    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
+    raise RuntimeError(f"memory measurement (batch {batch}) failed with rc {proc.returncode}:\n{tail}")
+
+
+def onednn_conv_kernels(lines) -> dict[str, str]:
+    """``{pass: implementation}`` from ``ONEDNN_VERBOSE=1`` output, e.g. ``{"forward_training":
+    "jit_uni_ncsp:conv+ref:any", "backward_weights": "x64:gemm:jit"}`` (the most frequent per pass)."""
+    counts: dict[str, dict[str, int]] = {}
+    for line in lines:
+        f = line.split(",")
+        if f[0] not in ("onednn_verbose", "dnnl_verbose") or "exec" not in f:   # dnnl_: before oneDNN 3
+            continue
+        i = f.index("exec")
+        if f[i + 1:i + 3] == ["cpu", "convolution"] and len(f) > i + 4:
+            per = counts.setdefault(f[i + 4], {})
+            per[f[i + 3]] = per.get(f[i + 3], 0) + 1
+    return {kind: max(impls, key=impls.get) for kind, impls in sorted(counts.items())}
+
+
+def sweep(batches, **kwargs) -> list[dict]:
+    """``measure_step_memory`` for each batch size, one fresh process each (sequential: fair on 2 cores)."""
+    return [measure_step_memory(int(b), **kwargs) for b in batches]
+
+
+def fit_slope(xs, ys) -> tuple[float, float]:
+    """Least-squares line ``y = slope * x + intercept``."""
+    slope, intercept = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    return float(slope), float(intercept)
+
+
+def planner_vs_measured(rows: list[dict], arch: str = "resnet18", width: float = 0.125, stem: str = "small",
+                        num_classes: int = 10) -> dict:
+    """Measured MiB per image (slope of the steady peak RSS over batch) against the planner's
+    ``activation_bytes_per_image`` (what a training step keeps for backward), for the sweep's model and
+    convolution; the planner's per-image workspace (a transient floor) is reported next to it.
+
+    ``planner_vs_measured_slope_ratio`` = planner activation slope / measured slope (1.0: exact).
+    ``planner_mb`` anchors the planner's line at the measured intercept (the planner does not predict
+    the runtime's fixed cost), so the two lines can be drawn on one plot.
+    """
+    from helpers.core.memory_planner import estimate
+
+    xs = [r["batch"] for r in rows]
+    ys = [r["steady_peak_rss_mb"] for r in rows]
+    measured, intercept = fit_slope(xs, ys)
+    impl, size = rows[0]["conv_impl"], rows[0]["image_size"]
+    est = estimate(arch, 1, size, num_classes=num_classes, width=width, stem=stem, conv_impl=impl)
+    act = est.activation_bytes_per_image / MIB
+    workspace = est.workspace_bytes / MIB
+    return {"batches": xs, "measured_peak_mb": ys, "planner_mb": [intercept + act * b for b in xs],
+            "measured_slope_mib_per_image": measured, "measured_intercept_mb": intercept,
+            "planner_slope_mib_per_image": act, "planner_workspace_mib_per_image": workspace,
+            "planner_vs_measured_slope_ratio": act / measured, "conv_impl": impl, "image_size": size,
+            "arch": arch, "width": width}
+
+
+def cap_below(measured_vms_mb: float, margin_mb: float = 256) -> int:
+    """A per-rank address-space cap ``margin_mb`` below what a measured run needed (its ``vms_peak_mb``)."""
+    return int(measured_vms_mb - margin_mb)

@@ -1,0 +1,326 @@
+"""What ``msrun`` runs on every rank: ``python -m helpers.train.worker <run_dir>/config.json``.
+
+init() -> data, model, train step from the config -> train in GRAPH_MODE with DATA_PARALLEL and
+gradient averaging -> one metrics line per step, then a summary line with a checksum of the parameters.
+msrun also starts a scheduler process with this same command (``MS_ROLE=MS_SCHED``); it never returns
+from ``init()``, so nothing before ``init()`` may have side effects worth doing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import resource
+import sys
+import time
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+
+from helpers.core.config import JobConfig
+from helpers.core.errors import failure_kind
+from helpers.core.metrics import MetricsWriter
+
+@contextmanager
+def recording_failures(out: MetricsWriter):
+    """Around a rank's work: an exception becomes the rank's ``failure`` record (its kind ``oom``/``crash``,
+    the error, the traceback's tail), which the launcher reads to raise one readable ``JobFailed`` instead of
+    msrun's exit code; it is then re-raised so msrun sees the failure. The metrics file is closed either way."""
+    try:
+        yield out
+    except BaseException as exc:
+        text = "".join(traceback.format_exception(exc))
+        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+        raise
+    finally:
+        out.close()
+
+
+def param_checksum(net) -> tuple[str, float]:
+    """sha256 over the trainable parameters (name order) and their plain sum.
+
+    Only trainable parameters: BatchNorm running statistics are local to each rank under DATA_PARALLEL.
+    """
+    h = hashlib.sha256()
+    total = 0.0
+    for p in sorted(net.trainable_params(), key=lambda p: p.name):
+        a = p.asnumpy().astype(np.float32)
+        h.update(a.tobytes())
+        total += float(a.sum(dtype=np.float64))
+    return h.hexdigest(), total
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _setup_runtime(cfg: JobConfig):
+    import mindspore as ms
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device(cfg.device_target)
+    if cfg.device_target == "CPU":
+        from mindspore.device_context.cpu.op_tuning import threads_num
+
+        threads_num(cfg.threads_per_rank)
+    elif cfg.mem_cap_mb:
+        ms.runtime.set_memory(max_size=f"{cfg.mem_cap_mb / 1024:.3f}GB")
+
+
+def apply_cpu_memory_cap(cfg: JobConfig) -> None:
+    """On CPU, cap this rank's address space (RLIMIT_AS): a batch that does not fit then fails with
+    MindSpore's 'Memory not enough' (reported as kind ``oom``) instead of swapping or hanging the machine.
+    Applied after ``init()``, so communication set-up is not affected; the cap counts virtual memory,
+    which peaks at 2-3x the resident size, so size it from a measured run (``vms_peak_mb``)."""
+    if cfg.device_target == "CPU" and cfg.mem_cap_mb:
+        cap = int(cfg.mem_cap_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+
+
+def memory_now_mb() -> dict:
+    import psutil
+
+    info = psutil.Process().memory_info()
+    return {"rss_mb": info.rss / 2**20, "vms_mb": info.vms / 2**20, "rss_peak_mb": peak_rss_mb()}
+
+
+class _NoProfiler:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    def step(self):
+        pass
+
+
+def profiling_session(cfg: JobConfig, run_dir: Path):
+    """``mindspore.profiler.profile`` on this rank when ``cfg.profile``, else a no-op with ``step()``.
+
+    The schedule skips ``profile_skip_steps`` (graph compilation) and profiles the remaining steps; each
+    rank writes under ``<run_dir>/profile/`` (on CPU: ``trace_view.json`` plus the CPU op tables).
+    """
+    if not cfg.profile:
+        return _NoProfiler()
+    from mindspore.profiler import profile, schedule, tensorboard_trace_handler
+
+    from helpers.topics.profiling import profiler_activities
+
+    activities = profiler_activities(cfg.device_target)
+    active = cfg.steps - cfg.profile_skip_steps
+    return profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=active, repeat=1,
+                                                            skip_first=cfg.profile_skip_steps),
+                   on_trace_ready=tensorboard_trace_handler(str(run_dir / "profile")))
+
+
+def _build_train_step(cfg: JobConfig, num_classes: int):
+    import mindspore as ms
+
+    from helpers.train.models import build_model
+    from helpers.train.recipe import build_loss, build_optimizer, build_train_step
+
+    ms.set_seed(cfg.seed)  # every rank starts from the same weights: DATA_PARALLEL does not broadcast them
+    net = build_model(cfg.arch, num_classes, cfg.width, cfg.stem, cfg.conv_impl)
+    if cfg.cell_comm_fusion:
+        # The source blog's per-layer fusion ids (stem, layer1..4, fc -> 1..6). Parameter.comm_fusion is read
+        # where the framework inserts the communication; chapter 04 measures what it does under DATA_PARALLEL.
+        for i, cell in enumerate(net.name_cells().values(), start=1):
+            cell.set_comm_fusion(i)
+    step = build_train_step(cfg, net, build_loss(cfg), build_optimizer(cfg, net.trainable_params()))
+    return net, step
+
+
+class _SumOverRanks:
+    """Sums small host arrays over all ranks with one AllReduce (used for held-out accuracy)."""
+
+    def __init__(self):
+        from mindspore import ops
+
+        self._op = ops.AllReduce()
+
+    def __call__(self, values):
+        import mindspore as ms
+
+        return self._op(ms.Tensor(np.asarray(values, dtype=np.float32))).asnumpy()
+
+
+EVAL_BATCH_FACTOR = 4   # inference keeps no activations for a backward pass: 4x the training batch fits where it fits
+
+
+def evaluate(cfg: JobConfig, net, rank: int, world: int) -> float:
+    """Top-1 accuracy on the held-out split, each rank on its shard, summed over ranks.
+
+    One inference graph in GRAPH_MODE on batches of ``EVAL_BATCH_FACTOR`` x the per-rank batch, the last one
+    padded to the same shape (padding rows are not counted): one compilation, few launches. Measured in
+    chapter 01's ci jobs (45 images per rank): evaluation plus the last 3 steps went from ~19 s to ~5 s
+    against PyNative on training-size batches, which paid the per-operator dispatch cost of the whole ResNet
+    once per batch."""
+    from helpers.train.data import build_dataset
+
+    import mindspore as ms
+
+    size = EVAL_BATCH_FACTOR * cfg.batch_per_rank
+    val = build_dataset(cfg, "val", rank, world, batch_size=size, drop_remainder=False)
+    net.set_train(False)
+    correct = total = 0
+    for images, labels in val.create_tuple_iterator(num_epochs=1, output_numpy=True):
+        n = len(labels)
+        if n < size:
+            images = np.concatenate([images, np.zeros((size - n,) + images.shape[1:], images.dtype)])
+        pred = net(ms.Tensor(images)).asnumpy()[:n].argmax(axis=1)
+        correct += int((pred == labels).sum())
+        total += n
+    net.set_train(True)
+    c, t = _SumOverRanks()([correct, total]) if world > 1 else (correct, total)
+    return float(c / max(t, 1))
+
+
+def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
+    from mindspore import context
+    from mindspore.context import ParallelMode
+
+    from helpers.train.data import build_dataset
+    from helpers.train.image_folder import scan_split
+
+    parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
+    if not cfg.grad_reduce:   # no DistributedGradReducer, so no gradient AllReduce: each rank trains alone
+        parallel = dict(parallel_mode=ParallelMode.STAND_ALONE)
+    elif cfg.comm_fusion:
+        parallel["comm_fusion"] = cfg.comm_fusion
+    context.set_auto_parallel_context(**parallel)
+    import mindspore.dataset as ds
+
+    ds.config.set_seed(cfg.seed)   # same shuffle on every rank, so the shards stay disjoint
+    num_classes = len(scan_split(cfg.data_dir, "train").classes)
+    data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
+    if cfg.strategy_file:   # chapter 03: hybrid parallel per the strategy file (classifier split, see helpers.topics.hybrid)
+        from helpers.topics.hybrid import _num_classes, build_hybrid_step
+
+        num_classes = _num_classes(cfg)
+        net, step = build_hybrid_step(cfg, num_classes, rank, world)
+    else:
+        net, step = _build_train_step(cfg, num_classes)
+    if cfg.accumulation_steps > 1:
+        from helpers.train.grad_accumulation import AccumulatingTrainStep
+
+        step = AccumulatingTrainStep(step.network, step.optimizer, cfg.accumulation_steps)
+    it = data.create_tuple_iterator(num_epochs=-1)
+    t_start = time.perf_counter()
+    with profiling_session(cfg, run_dir) as prof:
+        step_times = _loop(cfg, rank, step, it, num_classes, out, prof)
+        if cfg.profile:   # the profiler's analysis runs on leaving this block: a phase, not a stalled step
+            out.write("profile_analysis")
+    train_s = time.perf_counter() - t_start
+    out.write("trained", train_s=train_s)
+    accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
+    checksum, psum = param_checksum(net)
+    steady = step_times[1:] or step_times
+    summary = dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
+                   img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
+                   checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
+                   conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
+    if cfg.strategy_file:   # per-rank checkpoints under <run_dir>/ckpt/rank_<r>/ (merged by helpers.topics.strategy)
+        from helpers.topics.hybrid import save_rank_checkpoint
+
+        summary.update(save_rank_checkpoint(net, run_dir, rank))
+    return summary
+
+
+def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
+    if cfg.fail_rank == rank and i == cfg.fail_step:
+        if cfg.fail_mode == "hang":   # a Python loop that never returns: the process stays alive, its peers wait
+            while True:
+                time.sleep(1.0)
+        raise RuntimeError(f"injected failure on rank {rank} at step {i} (config fail_rank)")
+
+
+def class_counts(labels) -> list[list[int]]:
+    """``[[class, images], ...]`` of one batch, classes present only: small at 1,000 classes too."""
+    ids, counts = np.unique(np.asarray(labels), return_counts=True)
+    return [[int(i), int(c)] for i, c in zip(ids, counts)]
+
+
+def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
+    """The training steps: one metrics line per step; returns each step's wall time."""
+    from helpers.train.recipe import lr_per_step, step_loss
+
+    lrs = lr_per_step(cfg) if cfg.lr_schedule != "constant" or cfg.warmup_fraction else None
+    step_times = []
+    out.write("ready", **memory_now_mb())    # memory before the first step (chapter 02 subtracts it)
+    vms_peak = 0.0
+    for i in range(cfg.steps):
+        t0 = time.perf_counter()
+        if cfg.accumulation_steps == 1:
+            batches = [next(it)]
+            t1 = time.perf_counter()
+            _maybe_fail(cfg, rank, i)
+            loss, scale_info = step_loss(step(*batches[0]))
+        else:
+            # data time = fetching all K micro-batches (the pipeline prefetches, so this is the wait)
+            batches = [next(it) for _ in range(cfg.accumulation_steps)]
+            t1 = time.perf_counter()
+            _maybe_fail(cfg, rank, i)
+            loss, scale_info = step(batches), {}
+        t2 = time.perf_counter()
+        lab = np.concatenate([b[1].asnumpy() for b in batches])
+        mem = memory_now_mb()
+        vms_peak = max(vms_peak, mem["vms_mb"])
+        rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
+                   samples=int(len(lab)), rss_peak_mb=mem["rss_peak_mb"], rss_mb=mem["rss_mb"],
+                   vms_peak_mb=vms_peak, lr=lrs[i] if lrs else None, **scale_info)
+        if cfg.device_target != "CPU":   # the device allocator's own peak (it reports 0 on CPU)
+            from mindspore import runtime
+
+            rec["device_peak_mb"] = runtime.max_memory_allocated() / 2**20
+        rec["class_counts"] = class_counts(lab)
+        out.write("step", **rec)
+        step_times.append(t2 - t0)
+        prof.step()
+    return step_times
+
+
+def leave_together(world: int) -> None:
+    """CPU: wait until every rank is done (a one-number AllReduce) before tearing down. A rank that exits while
+    its peers still work can die in MindSpore's communication thread (SIGSEGV in ``RECV_EVENT_LOOP``) after
+    writing its summary, and msrun then kills the peers: seen with uneven checkpoint saves (chapter 03) and with
+    a one-step job without gradient reduction (chapter 04), where ranks finish seconds apart."""
+    import mindspore as ms
+    from mindspore import ops
+    from mindspore.communication import GlobalComm
+
+    if world > 1 and GlobalComm.INITED and ms.get_context("device_target") == "CPU":
+        ops.AllReduce()(ms.Tensor(np.ones(1, np.float32))).asnumpy()
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    cfg_path = Path(argv[0])
+    cfg = JobConfig.load(cfg_path)
+    run_dir = cfg_path.parent
+    _setup_runtime(cfg)
+    from mindspore.communication import get_group_size, get_rank, init
+
+    init()                          # the scheduler process never returns from here
+    rank, world = get_rank(), get_group_size()
+    out = MetricsWriter(run_dir, rank)
+    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    from helpers.train.heartbeat import Heartbeat
+
+    with recording_failures(out), Heartbeat(run_dir, rank):
+        apply_cpu_memory_cap(cfg)
+        if cfg.task == "grad_check":   # chapter 02: accumulated vs full-batch gradients, on every rank
+            from helpers.train.accumulation_check import run_task
+
+            summary = run_task(cfg, rank, world)
+        else:
+            summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
+        out.write("summary", **summary)
+        leave_together(world)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
