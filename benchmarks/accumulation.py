@@ -5,7 +5,7 @@ changes over minutes, so the two are always measured side by side); throughput i
 slowest rank's step time (median over steps after the first, then over repeats), activation memory is the
 peak RSS minus the rank's RSS before its first step (worst rank, last repeat: compile caches warm by then).
 Then the planner's activation bytes per image against the measured slope of single-process steps (native
-convolution). Goals (issue 4): accumulated activation memory <= 0.35x the full batch's, throughput >= 0.9x,
+convolution). Goals: accumulated activation memory <= 0.35x the full batch's, throughput >= 0.9x,
 planner slope within 25 %.
 
 Cases:
@@ -27,7 +27,7 @@ from pathlib import Path
 from benchmarks._jobs import machine
 from helpers.core.config import job_config
 from helpers.job.launch import run_job
-from helpers.topics.memory_runs import job_memory, job_throughput, planner_vs_measured, sweep
+from helpers.topics.memory_runs import job_memory, planner_vs_measured, sweep
 
 CASES = {
     "oom_experiment": dict(conv_impl="im2col", batch_per_rank=96, k=4, steps=3),
@@ -47,7 +47,7 @@ def run_case(name: str, spec: dict, repeats: int, root: Path) -> dict:
     for _ in range(repeats):
         for key, cfg in variants.items():
             res = run_job(cfg, progress="none", run_root=root)
-            tp[key].append(job_throughput(res))
+            tp[key].append(res.img_per_s())
             mem[key] = job_memory(res)
     med = {k: statistics.median(v) for k, v in tp.items()}
     act = {k: mem[k]["max_activation"] for k in mem}

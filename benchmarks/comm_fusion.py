@@ -4,7 +4,7 @@ The ``cpu`` preset's ResNet, both variants profiled from step ``--profile-from``
 step 0's compilation, time the step without the profiler), run alternately ``--repeats`` times so that a
 change in machine load hits both. Prints JSON: AllReduce calls per step (from the profiler), median step
 time without the profiler and the fused/baseline ratio, communication share (profiled) for both.
-Goal (issue 6): fused step time <= 0.6x baseline on this CPU setup.
+Goal: fused step time <= 0.6x baseline on this CPU setup.
 
     python -m benchmarks.comm_fusion [--repeats 2] [--world-size 8] [--steps 10] [--profile-from 6]
 """

@@ -3,7 +3,7 @@
 The course runner records each chapter's seconds and status in ``<out>/<preset>/summary.json``; this adds
 the total wall time, where the jobs' time went (``benchmarks.job_phases``: launch + init, first step,
 the rest, exit; per chapter and per job), and writes ``benchmarks/results/course_time.json`` (one entry per preset, earlier
-entries of other presets kept). Goals (issue 7): ci <= 10 minutes, cpu <= 45 minutes on 2 cores.
+entries of other presets kept). Goals: ci <= 10 minutes, cpu <= 45 minutes on 2 cores.
 
 It also times the floor under every job: ``run_job`` of the preset's 8 ranks doing nothing (task ``noop``:
 msrun, the scheduler, 8 processes importing MindSpore, ``init()``, exit), median of two, right after the

@@ -18,9 +18,10 @@ import numpy as np
 
 from benchmarks._jobs import save
 from helpers.core.config import job_config
-from helpers.topics.hybrid import hybrid_config, write_layout_strategy
+from helpers.core.step_times import steady_step_s
 from helpers.job.launch import run_job
-from helpers.topics.strategy import Layout
+from helpers.topics.hybrid import hybrid_config, write_layout_strategy
+from helpers.train.strategy_layout import Layout
 
 OUT = Path(__file__).resolve().parent / "results" / "hybrid.json"
 
@@ -43,9 +44,7 @@ def main(argv=None) -> dict:
         sf = write_layout_strategy(base, layout, work / f"{name}.ckpt")
         res = run_job(hybrid_config(base, layout, sf, name=f"bench-hybrid-{name}"), progress="text",
                       run_root=work / "runs")
-        step_s = res.metric("step_s")[:, 1:] if res.metric("step_s").shape[1] > 1 else res.metric("step_s")
-        mean_step = float(np.mean(np.max(step_s, axis=0)))     # a step ends when its slowest rank does
-        rows[name] = {"img_per_s": base.global_batch / mean_step, "mean_step_s": mean_step,
+        rows[name] = {"img_per_s": res.img_per_s(), "median_step_s": steady_step_s(res.metric("step_s")),
                       "classifier_bytes_per_rank": int(max(res.summary("classifier_param_bytes"))),
                       "classifier_shape_per_rank": res.summary("classifier_shape")[0],
                       "peak_rss_mb_per_rank": float(np.max(res.summary("peak_rss_mb"))),
@@ -57,7 +56,7 @@ def main(argv=None) -> dict:
             r["classifier_bytes_vs_dp"] = r["classifier_bytes_per_rank"] / ref["classifier_bytes_per_rank"]
     out = {"preset": args.preset, "num_classes": args.classes, "steps": args.steps,
            "global_batch": base.global_batch, "world_size": base.world_size, "arch": base.arch,
-           "width": base.width, "path": "CPU explicit collectives (helpers.topics.hybrid)", "layouts": rows}
+           "width": base.width, "path": "CPU explicit collectives (helpers.train.hybrid_step)", "layouts": rows}
     if "2x4" in rows and ref:
         r = rows["2x4"]
         out["goal_2x4"] = {"classifier_bytes_vs_dp_le_0.3": r["classifier_bytes_vs_dp"] <= 0.3,

@@ -1,7 +1,7 @@
 """Launcher overhead: the same 8-rank no-op job through ``run_job`` and through the bare msrun CLI.
 
 Alternates the two, ``--repeats`` times each, and prints the median wall times and their ratio as JSON.
-Goal (issue 2): run_job / msrun <= 1.10.
+Goal: run_job / msrun <= 1.10.
 
     python -m benchmarks.launch_overhead [--repeats 3] [--world-size 8]
 """

@@ -10,18 +10,14 @@ dataset_sink_mode=True)`` (mindcv's default; on CPU MindSpore runs the non-sink 
 our step-timing callback (``benchmarks._steptimer``) and the config's ``threads_num`` (the same runtime
 setting our worker uses, so the two trainers are compared, not two thread settings).
 
-    msrun ... python -u benchmarks/mindcv_worker.py [--model resnet18] [--sink 1] <run_dir>/config.json
+    run_job(cfg, worker=("-m", "benchmarks.mindcv_worker", [--model resnet18] [--sink 1]), bin_dir=<mindcv venv>/bin)
 """
 
 from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
@@ -32,23 +28,11 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import mindspore as ms
-    from mindspore.communication import get_group_size, get_rank, init
 
-    from helpers.core.config import JobConfig
-    from helpers.core.metrics import MetricsWriter
+    from benchmarks._rank_start import start_rank
     from helpers.train.worker import peak_rss_mb, recording_failures
 
-    cfg = JobConfig.load(args.config)
-    run_dir = Path(args.config).parent
-    ms.set_context(mode=ms.GRAPH_MODE)
-    ms.set_device("CPU")
-    from mindspore.device_context.cpu.op_tuning import threads_num
-
-    threads_num(cfg.threads_per_rank)
-    init()                                   # the scheduler process never returns from here
-    rank, world = get_rank(), get_group_size()
-    out = MetricsWriter(run_dir, rank)
-    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    cfg, run_dir, rank, world, out = start_rank(args.config, graph=True)
     with recording_failures(out):
         import mindcv
         from mindcv.data import create_dataset, create_loader, create_transforms

@@ -6,8 +6,8 @@ the same loss, optimizer and global batch, then ``Model(net, loss_fn, optimizer)
 msrun (``benchmarks.vs_model_train`` / ``benchmarks.knobs``); writes our worker's metrics records through a
 step-timing callback (``benchmarks._steptimer``), so both are read back the same way.
 
-    msrun ... python -u benchmarks/model_train_worker.py [--sink 0|1] [--fusion default|config]
-                                                         [--mode graph|pynative] <run_dir>/config.json
+    run_job(cfg, worker=("-m", "benchmarks.model_train_worker", [--sink 0|1] [--fusion default|config]
+                                                                [--mode graph|pynative]))
 
 ``--fusion default``: ``set_auto_parallel_context(parallel_mode=DATA_PARALLEL, gradients_mean=True)`` only,
 as the MindSpore tutorials write it (one AllReduce per gradient); ``config``: plus the config's
@@ -18,11 +18,7 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main(argv=None) -> int:
@@ -35,25 +31,13 @@ def main(argv=None) -> int:
 
     import mindspore as ms
     from mindspore import context, nn
-    from mindspore.communication import get_group_size, get_rank, init
     from mindspore.context import ParallelMode
     from mindspore.train import Model
 
-    from helpers.core.config import JobConfig
-    from helpers.core.metrics import MetricsWriter
+    from benchmarks._rank_start import start_rank
     from helpers.train.worker import peak_rss_mb, recording_failures
 
-    cfg = JobConfig.load(args.config)
-    run_dir = Path(args.config).parent
-    ms.set_context(mode=ms.GRAPH_MODE if args.mode == "graph" else ms.PYNATIVE_MODE)
-    ms.set_device("CPU")
-    from mindspore.device_context.cpu.op_tuning import threads_num
-
-    threads_num(cfg.threads_per_rank)
-    init()                                   # the scheduler process never returns from here
-    rank, world = get_rank(), get_group_size()
-    out = MetricsWriter(run_dir, rank)
-    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    cfg, run_dir, rank, world, out = start_rank(args.config, graph=args.mode == "graph")
     with recording_failures(out):
         parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
         if args.fusion == "config" and cfg.comm_fusion:

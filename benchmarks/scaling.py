@@ -4,7 +4,7 @@ Both through ``run_job`` (our worker, the preset's model): ``world_size=8`` with
 rank, and ``world_size=1`` with ``threads_per_rank = cores`` (the one process gets every core). Alternating
 runs; steady img/s as in ``benchmarks.vs_model_train``. efficiency = img/s(8 ranks) / img/s(1 process).
 
-Goal (issue 7): efficiency >= 0.8. Writes ``benchmarks/results/scaling.json``.
+Goal: efficiency >= 0.8. Writes ``benchmarks/results/scaling.json``.
 
     python -m benchmarks.scaling [--preset ci] [--steps 10] [--repeats 2]
 """
@@ -16,9 +16,8 @@ import os
 import tempfile
 from pathlib import Path
 
-from benchmarks._jobs import SKIP_STEPS, alternate, medians, run_record, save
+from benchmarks._jobs import SKIP_STEPS, alternate, job_record, medians, save
 from helpers.core.config import job_config
-from helpers.job.launch import run_job
 
 
 def main(argv=None) -> dict:
@@ -34,8 +33,7 @@ def main(argv=None) -> dict:
                       steps=args.steps)
     single = dist.replace(name="scaling-1proc", world_size=1, threads_per_rank=cores)
     root = Path(tempfile.mkdtemp(prefix="bench_scaling_"))
-    runs = alternate({f"{args.ranks}_ranks": lambda: run_record(run_job(dist, progress="none", run_root=root)),
-                      "1_process": lambda: run_record(run_job(single, progress="none", run_root=root))},
+    runs = alternate({f"{args.ranks}_ranks": job_record(dist, root), "1_process": job_record(single, root)},
                      args.repeats)
     med, best = medians(runs), medians(runs, "best_img_per_s")
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
-COURSE_GOALS_S = {"ci": 600.0, "cpu": 2700.0}   # issue 7: ci <= 10 min, cpu <= 45 min on 2 cores
+COURSE_GOALS_S = {"ci": 600.0, "cpu": 2700.0}   # ci <= 10 min, cpu <= 45 min on 2 cores
 
 
 @dataclass(frozen=True)
@@ -90,126 +90,149 @@ def _best(v) -> str:
     return "" if v is None else f"; from the fastest steady steps: {v:.2f}x"
 
 
-def goal_rows(results: dict[str, dict]) -> list[Row]:
-    """Rows for every benchmark JSON present (missing ones give 'not measured' rows for issue 7's goals)."""
-    rows: list[Row] = []
-    r = results
+class Rows(list):
+    """The table's rows being built; ``add`` names the source JSON and takes the load from it."""
 
-    def add(what, value, goal, name, note="", unit="x", load=None):
-        rows.append(Row(what, None if value is None else float(value), goal, f"results/{name}.json",
-                        _load(r.get(name, {})) if load is None else load, note, unit))
+    def __init__(self, results: dict[str, dict]):
+        super().__init__()
+        self.results = results
 
-    # issue 7: against the tools people use instead, and efficiency on one machine
-    d = r.get("vs_model_train")
+    def add(self, what, value, goal, name, note="", unit="x", load=None):
+        self.append(Row(what, None if value is None else float(value), goal, f"results/{name}.json",
+                        _load(self.results.get(name, {})) if load is None else load, note, unit))
+
+
+def comparison_rows(rows: Rows) -> None:
+    """Against the tools people use instead (``Model.train``, mindcv), and scaling on one machine."""
+    d = rows.results.get("vs_model_train")
     if d:
         note = (f"{d.get('preset')} preset, {d.get('world_size')} ranks, global batch {d.get('global_batch')}; "
                 "Model.train as the tutorials write it (no comm fusion)")
-        add("our worker / Model.train (DATA_PARALLEL), img/s", d.get("ratio"), ">= 1.0", "vs_model_train",
-            note + _best(_get(d, "ratios_best_step", "ours_over_model_train")))
+        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", d.get("ratio"), ">= 1.0", "vs_model_train",
+                 note + _best(_get(d, "ratios_best_step", "ours_over_model_train")))
         v = _get(d, "ratios", "ours_over_model_train_fused")
         if v is not None:
-            add("our worker / Model.train with the preset's comm fusion, img/s", v, ">= 1.0", "vs_model_train",
-                "same fusion on both sides" + _best(_get(d, "ratios_best_step", "ours_over_model_train_fused")))
+            rows.add("our worker / Model.train with the preset's comm fusion, img/s", v, ">= 1.0", "vs_model_train",
+                     "same fusion on both sides" + _best(_get(d, "ratios_best_step", "ours_over_model_train_fused")))
         v = _get(d, "ratios", "ours_over_model_train_sink")
         if v is not None:
-            add("our worker / Model.train(dataset_sink_mode=True), img/s", v, "", "vs_model_train",
-                "fused; on CPU Model.train runs the same non-sink loop as the row above, so the gap between "
-                "the two rows is this run's noise"
-                + _best(_get(d, "ratios_best_step", "ours_over_model_train_sink")))
+            rows.add("our worker / Model.train(dataset_sink_mode=True), img/s", v, "", "vs_model_train",
+                     "fused; on CPU Model.train runs the same non-sink loop as the row above, so the gap between "
+                     "the two rows is this run's noise" + _best(_get(d, "ratios_best_step", "ours_over_model_train_sink")))
     else:
-        add("our worker / Model.train (DATA_PARALLEL), img/s", None, ">= 1.0", "vs_model_train")
-    d = r.get("vs_mindcv")
+        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", None, ">= 1.0", "vs_model_train")
+    d = rows.results.get("vs_mindcv")
     note = ""
     if d:
         note = d.get("error", "")[:160] or ("full ResNet-18 both sides (mindcv has no width multiplier)"
                                             + _best(d.get("ratio_best_step")))
-    add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0", "vs_mindcv", note)
-    d = r.get("scaling")
-    add("8 ranks / 1 process (all cores), img/s at the same global batch", (d or {}).get("efficiency"),
-        ">= 0.8", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
-    d = r.get("course_time") or {}
+    rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0", "vs_mindcv", note)
+    d = rows.results.get("scaling")
+    rows.add("8 ranks / 1 process (all cores), img/s at the same global batch", (d or {}).get("efficiency"),
+             ">= 0.8", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
+
+
+def course_rows(rows: Rows) -> None:
+    """The whole course's wall time per preset, and how much of it goes to starting jobs."""
+    d = rows.results.get("course_time") or {}
     for preset, limit in COURSE_GOALS_S.items():
-        t = _get(d, preset, "total_s")
-        ok = _get(d, preset, "all_ok")
-        add(f"whole course, preset {preset}, seconds", t, f"<= {limit:g}", "course_time",
-            "" if t is None else ("all chapters ok" if ok else "some chapter failed"), unit="s",
-            load=_load(d.get(preset) or {}))
+        t, load = _get(d, preset, "total_s"), _load(d.get(preset) or {})
+        rows.add(f"whole course, preset {preset}, seconds", t, f"<= {limit:g}", "course_time",
+                 "" if t is None else ("all chapters ok" if _get(d, preset, "all_ok") else "some chapter failed"),
+                 unit="s", load=load)
         jobs = _get(d, preset, "jobs", "all")
         if jobs and jobs.get("jobs"):
-            add(f"course {preset}: seconds launching jobs (msrun start to the last rank through init())",
-                jobs["launch_s"], "", "course_time",
-                f"{jobs['jobs']} jobs, {jobs['launch_s'] / jobs['jobs']:.0f} s each; first steps (compilation) "
-                f"{jobs['first_step_s']:.0f} s, other steps and evaluation {jobs['rest_s']:.0f} s, exits "
-                f"{jobs['exit_s']:.0f} s; all jobs {jobs['total_s']:.0f} s of the course's {t:.0f} s", unit="s",
-                load=_load(d.get(preset) or {}))
+            rows.add(f"course {preset}: seconds launching jobs (msrun start to the last rank through init())",
+                     jobs["launch_s"], "", "course_time",
+                     f"{jobs['jobs']} jobs, {jobs['launch_s'] / jobs['jobs']:.0f} s each; first steps (compilation) "
+                     f"{jobs['first_step_s']:.0f} s, other steps and evaluation {jobs['rest_s']:.0f} s, exits "
+                     f"{jobs['exit_s']:.0f} s; all jobs {jobs['total_s']:.0f} s of the course's {t:.0f} s", unit="s",
+                     load=load)
         floor = _get(d, preset, "noop_job", "median_s")
         if jobs and floor:
             n = sum(1 for j in _get(d, preset, "jobs", "jobs") or [] if j.get("world_size") == 8)
-            add(f"course {preset}: 8-rank jobs x an empty 8-rank job's seconds (the start-up floor)", n * floor, "",
-                "course_time", f"{n} jobs x {floor:.1f} s (run_job of task noop: msrun, scheduler, 8 processes importing "
-                f"MindSpore, init(), exit; median of {len(_get(d, preset, 'noop_job', 'seconds') or [])}), "
-                f"{n * floor / t:.0%} of the course", unit="s", load=_load(d.get(preset) or {}))
-    d = r.get("knobs")
-    if d:
-        for k, v in (d.get("ratios") or {}).items():
-            ref = (d.get("reference") or {}).get(k, "base")
-            add(f"knob {k} / {ref}, img/s", v, "", "knobs", _best(_get(d, "ratios_best_step", k)).lstrip("; ")
-                + f"; load during its runs {_run_loads(d, k)} vs {ref}'s {_run_loads(d, ref)}")
-        def mean_load(v):
-            xs = [x.get("load_avg_1min") for x in (_get(d, "runs", v) or []) if isinstance(x, dict)]
-            xs = [x for x in xs if x is not None]
-            return sum(xs) / len(xs) if xs else None
+            rows.add(f"course {preset}: 8-rank jobs x an empty 8-rank job's seconds (the start-up floor)", n * floor,
+                     "", "course_time", f"{n} jobs x {floor:.1f} s (run_job of task noop: msrun, scheduler, 8 processes "
+                     f"importing MindSpore, init(), exit; median of {len(_get(d, preset, 'noop_job', 'seconds') or [])}), "
+                     f"{n * floor / t:.0%} of the course", unit="s", load=load)
 
-        base_load = mean_load("base")
-        others = [mean_load(k) for k, ref in (d.get("reference") or {}).items() if ref == "base" and k != "base"]
-        caveat = ("; caution: base ran at a higher load than every variant, so the ratios overstate the knobs"
-                  if base_load is not None and others and all(o is not None and o < base_load for o in others)
-                  else "")
-        add("knobs: recommended ci/cpu preset settings", None, "", "knobs",
-            json.dumps(d.get("recommendation", {}), separators=(", ", ": ")) + caveat)
 
-    # the chapters' benchmarks
-    d = r.get("launch_overhead")
+def _mean_load(d: dict, variant: str) -> float | None:
+    xs = [x.get("load_avg_1min") for x in (_get(d, "runs", variant) or []) if isinstance(x, dict)]
+    xs = [x for x in xs if x is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def knob_rows(rows: Rows) -> None:
+    """Each knob against its reference, and the recommended preset settings (with a load caveat)."""
+    d = rows.results.get("knobs")
+    if not d:
+        return
+    for k, v in (d.get("ratios") or {}).items():
+        ref = (d.get("reference") or {}).get(k, "base")
+        rows.add(f"knob {k} / {ref}, img/s", v, "", "knobs", _best(_get(d, "ratios_best_step", k)).lstrip("; ")
+                 + f"; load during its runs {_run_loads(d, k)} vs {ref}'s {_run_loads(d, ref)}")
+    base_load = _mean_load(d, "base")
+    others = [_mean_load(d, k) for k, ref in (d.get("reference") or {}).items() if ref == "base" and k != "base"]
+    caveat = ("; caution: base ran at a higher load than every variant, so the ratios overstate the knobs"
+              if base_load is not None and others and all(o is not None and o < base_load for o in others) else "")
+    rows.add("knobs: recommended ci/cpu preset settings", None, "", "knobs",
+             json.dumps(d.get("recommendation", {}), separators=(", ", ": ")) + caveat)
+
+
+def launch_and_data_rows(rows: Rows) -> None:
+    """Chapters 0-1's benchmarks: launch overhead and the stratified split."""
+    d = rows.results.get("launch_overhead")
     if d:
-        add("run_job / bare msrun, wall time of an 8-rank no-op job", d.get("ratio_run_job_over_msrun"), "<= 1.10",
-            "launch_overhead")
-    d = r.get("sampler")
+        rows.add("run_job / bare msrun, wall time of an 8-rank no-op job", d.get("ratio_run_job_over_msrun"),
+                 "<= 1.10", "launch_overhead")
+    d = rows.results.get("sampler")
     if d:
-        add("stratified split vs iterating DistributedSampler, speed-up", d.get("speedup_vs_iterating"), ">= 20",
-            "sampler")
-        add("stratified split of all 8 shards, seconds", d.get("stratified_all_shards_s"), "< 0.5", "sampler",
-            unit="s")
-        add("stratified split, worst shard's max TV", _get(d, "max_tv", "stratified"), "<= 0.002", "sampler",
-            unit="")
-    d = r.get("accumulation")
+        rows.add("stratified split vs iterating DistributedSampler, speed-up", d.get("speedup_vs_iterating"), ">= 20",
+                 "sampler")
+        rows.add("stratified split of all 8 shards, seconds", d.get("stratified_all_shards_s"), "< 0.5", "sampler",
+                 unit="s")
+        rows.add("stratified split, worst shard's max TV", _get(d, "max_tv", "stratified"), "<= 0.002", "sampler",
+                 unit="")
+
+
+def training_rows(rows: Rows) -> None:
+    """Chapters 2-4's benchmarks: accumulation, comm fusion, the hybrid layout, the convolution choice."""
+    d = rows.results.get("accumulation")
     if d:
         for case, c in (d.get("cases") or {}).items():
-            # the goals are the chapter's experiment's; other cases (tiny micro-batches) show the fixed cost
-            goal = case == "oom_experiment"
-            add(f"accumulation ({case}): activation memory accumulated / full batch",
-                c.get("activation_ratio_accumulated_over_full"), "<= 0.35" if goal else "", "accumulation")
-            add(f"accumulation ({case}): img/s accumulated / full batch",
-                c.get("throughput_ratio_accumulated_over_full"), ">= 0.90" if goal else "", "accumulation",
-                "" if goal else "micro-steps of a few images: a graph launch's fixed cost dominates")
-        add("memory planner / measured activation slope", _get(d, "planner", "planner_vs_measured_slope_ratio"),
-            "0.75..1.25", "accumulation")
-    d = r.get("comm_fusion")
+            goal = case == "oom_experiment"   # the chapter's experiment; tiny micro-batches show the fixed cost
+            rows.add(f"accumulation ({case}): activation memory accumulated / full batch",
+                     c.get("activation_ratio_accumulated_over_full"), "<= 0.35" if goal else "", "accumulation")
+            rows.add(f"accumulation ({case}): img/s accumulated / full batch",
+                     c.get("throughput_ratio_accumulated_over_full"), ">= 0.90" if goal else "", "accumulation",
+                     "" if goal else "micro-steps of a few images: a graph launch's fixed cost dominates")
+        rows.add("memory planner / measured activation slope", _get(d, "planner", "planner_vs_measured_slope_ratio"),
+                 "0.75..1.25", "accumulation")
+    d = rows.results.get("comm_fusion")
     if d:
-        add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),
-            "<= 0.6", "comm_fusion", f"{d.get('preset')} preset, AllReduce per step "
-            f"{_get(d, 'allreduce_per_step', 'baseline')} -> {_get(d, 'allreduce_per_step', 'fused')}")
-    d = r.get("hybrid")
-    if d:
-        l24 = _get(d, "layouts", "2x4") or {}
-        add("hybrid 2x4: classifier bytes per rank / pure DP", l24.get("classifier_bytes_vs_dp"), "<= 0.3", "hybrid")
-        add("hybrid 2x4: img/s / pure DP", l24.get("img_per_s_vs_dp"), ">= 0.8", "hybrid")
-    d = r.get("conv_cpu")
-    if d:
-        for case, c in (d.get("cases") or {}).items():
-            if "whole train step" in case:
-                add(f"conv: native / im2col step time ({case})", c.get("native_over_im2col"), "", "conv_cpu",
-                    "> 1: im2col faster; conv_impl='auto' picks per machine")
-    return rows
+        rows.add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),
+                 "<= 0.6", "comm_fusion", f"{d.get('preset')} preset, AllReduce per step "
+                 f"{_get(d, 'allreduce_per_step', 'baseline')} -> {_get(d, 'allreduce_per_step', 'fused')}")
+    if rows.results.get("hybrid"):
+        l24 = _get(rows.results, "hybrid", "layouts", "2x4") or {}
+        rows.add("hybrid 2x4: classifier bytes per rank / pure DP", l24.get("classifier_bytes_vs_dp"), "<= 0.3", "hybrid")
+        rows.add("hybrid 2x4: img/s / pure DP", l24.get("img_per_s_vs_dp"), ">= 0.8", "hybrid")
+    for case, c in (_get(rows.results, "conv_cpu", "cases") or {}).items():
+        if "whole train step" in case:
+            rows.add(f"conv: native / im2col step time ({case})", c.get("native_over_im2col"), "", "conv_cpu",
+                     "> 1: im2col faster; conv_impl='auto' picks per machine")
+
+
+ROW_MAKERS = (comparison_rows, course_rows, knob_rows, launch_and_data_rows, training_rows)
+
+
+def goal_rows(results: dict[str, dict]) -> list[Row]:
+    """Rows for every benchmark JSON present (the headline goals get 'not measured' rows when theirs is missing)."""
+    rows = Rows(results)
+    for make in ROW_MAKERS:
+        make(rows)
+    return list(rows)
 
 
 def _fmt(row: Row) -> str:

@@ -10,7 +10,7 @@ settings (comm fusion, compile cache, conv choice); mindcv runs as train.py woul
 Alternating runs; steady img/s as in ``benchmarks.vs_model_train``. If mindcv cannot be installed or
 imported, the JSON records why and no ratio.
 
-Goal (issue 7): ours >= 1.0x mindcv. Writes ``benchmarks/results/vs_mindcv.json``.
+Goal: ours >= 1.0x mindcv. Writes ``benchmarks/results/vs_mindcv.json``.
 
     python -m benchmarks.vs_mindcv [--preset ci] [--steps 8] [--repeats 2] [--setup]
 """
@@ -23,12 +23,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks._jobs import SKIP_STEPS, alternate, launch_script, medians, run_record, save
+from benchmarks._jobs import SKIP_STEPS, alternate, job_record, medians, save
 from helpers.core.config import job_config
-from helpers.job.launch import run_job
 
 VENV = "/work/venv-mindcv"
-SCRIPT = "benchmarks/mindcv_worker.py"
+SCRIPT = ("-m", "benchmarks.mindcv_worker", "--model", "resnet18", "--sink", "1")
 
 
 def setup_venv(venv: str) -> str:
@@ -79,10 +78,9 @@ def main(argv=None) -> dict:
                                   "error": "mindcv unusable: " + env["error"]}, args.out)
     root = Path(tempfile.mkdtemp(prefix="bench_vs_mindcv_"))
     variants = {
-        "ours": lambda: run_record(run_job(base, progress="none", run_root=root)),
-        "mindcv": lambda: run_record(launch_script(base.replace(name="mindcv", compile_cache=False),
-                                                   [SCRIPT, "--model", "resnet18", "--sink", "1"], root,
-                                                   python_bin=str(Path(args.venv) / "bin"))),
+        "ours": job_record(base, root),
+        "mindcv": job_record(base.replace(name="mindcv", compile_cache=False), root, SCRIPT,
+                             bin_dir=str(Path(args.venv) / "bin")),
     }
     runs = alternate(variants, args.repeats)
     med, best = medians(runs), medians(runs, "best_img_per_s")

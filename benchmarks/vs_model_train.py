@@ -12,7 +12,7 @@ global batch / median over steps >= 2 of the slowest rank's step time (both coun
   support dataset sink mode currently" and runs the non-sink loop (mindspore/train/model.py), so this one
   measures that nothing changes.
 
-Goal (issue 7): ours >= 1.0x ``Model.train``. Writes ``benchmarks/results/vs_model_train.json``.
+Goal: ours >= 1.0x ``Model.train``. Writes ``benchmarks/results/vs_model_train.json``.
 
     python -m benchmarks.vs_model_train [--preset ci] [--steps 10] [--repeats 2]
 """
@@ -23,11 +23,10 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from benchmarks._jobs import SKIP_STEPS, alternate, launch_script, medians, run_record, save
+from benchmarks._jobs import SKIP_STEPS, alternate, job_record, medians, save
 from helpers.core.config import job_config
-from helpers.job.launch import run_job
 
-SCRIPT = "benchmarks/model_train_worker.py"
+SCRIPT = ("-m", "benchmarks.model_train_worker")
 MODEL_TRAIN = {"model_train": ["--fusion", "default", "--sink", "0"],
                "model_train_fused": ["--fusion", "config", "--sink", "0"],
                "model_train_sink": ["--fusion", "config", "--sink", "1"]}
@@ -43,10 +42,9 @@ def main(argv=None) -> dict:
     args = ap.parse_args(argv)
     base = job_config(args.preset, chapter="bench", name="ours", steps=args.steps)
     root = Path(tempfile.mkdtemp(prefix="bench_vs_model_train_"))
-    variants = {"ours": lambda: run_record(run_job(base, progress="none", run_root=root))}
+    variants = {"ours": job_record(base, root)}
     for name in args.variants:
-        variants[name] = (lambda a=MODEL_TRAIN[name], n=name: run_record(
-            launch_script(base.replace(name=n, compile_cache=False), [SCRIPT, *a], root)))
+        variants[name] = job_record(base.replace(name=name, compile_cache=False), root, (*SCRIPT, *MODEL_TRAIN[name]))
     runs = alternate(variants, args.repeats)
     return summarize(runs, base, args, root)
 

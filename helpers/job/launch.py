@@ -6,7 +6,8 @@ The kernel stays light: it writes ``<run_dir>/config.json``, starts ``msrun`` (i
 each rank under ``helpers.job.rank_guard``), tails the ranks' records for live progress (``helpers.job.watch``)
 and returns a ``JobResult``. A failing, killed or hung rank, a timeout or an interrupt ends the job and
 raises ``JobFailed`` naming the rank. Ending a job: SIGINT to msrun, a short wait, then SIGKILL to every
-process carrying this job's id in its environment. Logs are always kept.
+process carrying this job's id in its environment. Logs are always kept. Benchmarks run another per-rank
+script (``worker=``) through the same start, watch and stop.
 """
 
 from __future__ import annotations
@@ -49,12 +50,13 @@ def python_bin_dir() -> Path:
     return Path(sys.executable).parent
 
 
-def find_msrun() -> str:
-    """msrun from the running interpreter's environment first, then PATH."""
-    path = shutil.which("msrun", path=f"{python_bin_dir()}{os.pathsep}{os.environ.get('PATH', '')}")
+def find_msrun(bin_dir: str | os.PathLike | None = None) -> str:
+    """msrun from ``bin_dir`` (another Python environment) or the running interpreter's environment, then PATH."""
+    first = Path(bin_dir) if bin_dir else python_bin_dir()
+    path = shutil.which("msrun", path=f"{first}{os.pathsep}{'' if bin_dir else os.environ.get('PATH', '')}")
     if not path:
-        raise ConfigError("msrun not found: install mindspore into this Python environment "
-                          f"({sys.executable}); msrun ships with it")
+        raise ConfigError(f"msrun not found in {first}{'' if bin_dir else ' or on PATH'}: install mindspore into "
+                          f"that Python environment ({sys.executable if not bin_dir else first}); msrun ships with it")
     return path
 
 
@@ -115,19 +117,23 @@ def binds_cores(cfg: JobConfig, cores: int | None = None) -> bool:
     return cfg.bind_cores and cfg.device_target == "CPU" and cfg.local_workers > cores
 
 
-def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str = "msrun") -> list[str]:
-    """The msrun invocation for this node of the job (multi-node fields pass straight through)."""
+def msrun_command(cfg: JobConfig, config_path: Path, log_dir: Path, msrun: str = "msrun",
+                  worker: tuple[str, ...] = ()) -> list[str]:
+    """The msrun invocation for this node of the job (multi-node fields pass straight through); ``worker``
+    names another per-rank program for the rank guard (default ``-m helpers.train.worker``)."""
     bind = [f"--bind_core={json.dumps(bind_core_map(cfg.local_workers))}"] if binds_cores(cfg) else []
     return [msrun, f"--worker_num={cfg.world_size}", f"--local_worker_num={cfg.local_workers}",
             f"--master_addr={cfg.master_addr}", f"--master_port={cfg.master_port}",
             f"--node_rank={cfg.node_rank}", f"--log_dir={log_dir}", "--join=True", *bind,
-            "python", "-u", "-m", "helpers.job.rank_guard", str(config_path)]
+            "python", "-u", "-m", "helpers.job.rank_guard", str(config_path), *worker]
 
 
-def job_env(cfg: JobConfig, job_id: str, base: dict | None = None) -> dict:
-    """msrun starts workers with plain ``python``: put this interpreter's bin folder first on PATH."""
+def job_env(cfg: JobConfig, job_id: str, base: dict | None = None, bin_dir: str | os.PathLike | None = None) -> dict:
+    """msrun starts workers with plain ``python``: put this interpreter's (or ``bin_dir``'s) bin folder first on PATH."""
     env = dict(os.environ if base is None else base)
-    env["PATH"] = f"{python_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{bin_dir or python_bin_dir()}{os.pathsep}{env.get('PATH', '')}"
+    if bin_dir:
+        env.pop("VIRTUAL_ENV", None)                         # the other environment's python decides for itself
     env["GLOG_v"] = str(cfg.glog_v)
     env["PYTHONUNBUFFERED"] = "1"
     env[JOB_ID_ENV] = job_id
@@ -258,11 +264,11 @@ def oom_hint(cfg: JobConfig) -> str:
 
 
 def start_msrun(cfg: JobConfig, spec: dict, i: int, n: int, run_dir: Path, config_path: Path, msrun: str,
-                env: dict) -> subprocess.Popen:
+                env: dict, worker: tuple[str, ...] = ()) -> subprocess.Popen:
     """Start one msrun (node ``spec``) in its own session, its output in ``<run_dir>/msrun[i].log``."""
     node_cfg = cfg.replace(**{k: v for k, v in spec.items() if k not in ("prefix", "env")})
     log_dir = run_dir / "logs" / (f"node{node_cfg.node_rank}" if n > 1 else "")
-    cmd = list(spec.get("prefix", [])) + msrun_command(node_cfg, config_path, log_dir, msrun)
+    cmd = list(spec.get("prefix", [])) + msrun_command(node_cfg, config_path, log_dir, msrun, worker)
     with open(run_dir / f"msrun{i if n > 1 else ''}.log", "wb") as out:
         return subprocess.Popen(cmd, cwd=run_dir, env={**env, **spec.get("env", {})}, stdout=out,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -305,15 +311,8 @@ def watch_job(cfg: JobConfig, run_dir: Path, procs, bar, job_id: str, t0: float)
                                                       "(config timeout_s)"), cfg)
 
 
-def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
-            launches: list[dict] | None = None) -> JobResult:
-    """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
-
-    ``launches`` (advanced, used for multi-node on one host) lists one dict per msrun invocation with
-    optional keys ``node_rank``, ``local_world_size``, ``master_addr``, ``prefix`` (a command prefix such
-    as ``["ip", "netns", "exec", "node1"]``) and ``env`` (variables for that node's processes only, e.g. which
-    cards it may see); by default a single local msrun starts every rank.
-    """
+def prepare_job(cfg: JobConfig) -> JobConfig:
+    """What a job needs before it starts: a valid config, its inputs checked, its data made, ``conv_impl`` chosen."""
     cfg = cfg.validate()
     check_job_inputs(cfg)                 # strategy_file / init_checkpoint exist and fit this model
     if cfg.task == "train":
@@ -324,16 +323,38 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
         from helpers.train.conv_autoselect import resolve_conv_impl
 
         cfg = cfg.replace(conv_impl=resolve_conv_impl(cfg)[0])
-    msrun = find_msrun()
+    return cfg
+
+
+def end_orphans() -> None:
+    """End what is left of jobs whose launcher died (their processes would hold cores and ports)."""
     for left in (x for x in reap_orphans(end_orphan_job) if x["processes"]):
         log.warning("ended %d processes of a job whose launcher had died: %s", left["processes"], left["run_dir"])
         print(f"note: ended {left['processes']} processes left by a job whose launcher died ({left['run_dir']})")
+
+
+def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
+            launches: list[dict] | None = None, worker: tuple[str, ...] = (),
+            bin_dir: str | os.PathLike | None = None) -> JobResult:
+    """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
+
+    ``launches`` (advanced, used for multi-node on one host) lists one dict per msrun invocation with
+    optional keys ``node_rank``, ``local_world_size``, ``master_addr``, ``prefix`` (a command prefix such
+    as ``["ip", "netns", "exec", "node1"]``) and ``env`` (variables for that node's processes only, e.g. which
+    cards it may see); by default a single local msrun starts every rank. ``worker`` (benchmarks) is another
+    per-rank program, e.g. ``("-m", "benchmarks.model_train_worker", "--sink", "0")``, run under the same rank
+    guard, watch and stop; it gets the config path last and writes the worker's metrics records.
+    ``bin_dir``: the bin folder of another Python environment whose msrun and python run the ranks.
+    """
+    cfg = prepare_job(cfg)
+    msrun = find_msrun(bin_dir)
+    end_orphans()
     run_dir = new_run_dir(cfg.chapter, cfg.name, run_root)
     if cfg.master_port == 0:
         cfg = cfg.replace(master_port=free_port())
     config_path = cfg.save(run_dir / "config.json")
     job_id = f"{run_dir.name}-{os.getpid()}-{cfg.master_port}"
-    env = job_env(cfg, job_id)
+    env = job_env(cfg, job_id, bin_dir=bin_dir)
     launches = launches or [{}]
     procs = []
     t0 = time.monotonic()
@@ -342,7 +363,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     register(job_id, run_dir)
     try:
         for i, spec in enumerate(launches):
-            procs.append(start_msrun(cfg, spec, i, len(launches), run_dir, config_path, msrun, env))
+            procs.append(start_msrun(cfg, spec, i, len(launches), run_dir, config_path, msrun, env, worker))
         watch_job(cfg, run_dir, procs, bar, job_id, t0)
     except KeyboardInterrupt:
         stop_job(procs, job_id)

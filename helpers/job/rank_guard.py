@@ -4,7 +4,8 @@ msrun is the parent of its workers, so only it learns a worker's exit signal, an
 happens to poll; the guard sees its own child's end at once and writes ``metrics/exit_<who>.json`` (rank or
 ``scheduler``, return code, signal name, time). It also watches the launching process (``COURSE_LAUNCHER_PID``):
 when a notebook kernel dies mid-job, the guard kills its child and exits, and msrun then ends the rest.
-Stdlib and psutil only: it starts in milliseconds and must not import MindSpore.
+``python -m helpers.job.rank_guard config.json [worker...]``: the worker is ``-m helpers.train.worker`` unless
+named (a benchmark's script). Stdlib and psutil only: it starts in milliseconds and must not import MindSpore.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import psutil
 LAUNCHER_PID_ENV = "COURSE_LAUNCHER_PID"
 LAUNCHER_START_ENV = "COURSE_LAUNCHER_START"
 WATCH_S = 0.5
+WORKER = ("-m", "helpers.train.worker")   # the per-rank program unless the launch names another
 
 
 def exit_record_path(run_dir: Path, who: str) -> Path:
@@ -61,11 +63,11 @@ def write_exit_record(run_dir: Path, who: str, returncode: int, reason: str) -> 
     os.replace(tmp, path)
 
 
-def guard(config_path: str) -> int:
-    """Run ``python -m helpers.train.worker config_path`` and wait for it (or for the launcher's death)."""
+def guard(config_path: str, worker: list[str] | tuple[str, ...] = WORKER) -> int:
+    """Run ``python -u <worker...> config_path`` and wait for it (or for the launcher's death)."""
     run_dir = Path(config_path).parent
     who = "scheduler" if os.environ.get("MS_ROLE") == "MS_SCHED" else os.environ.get("RANK_ID", "unknown")
-    child = subprocess.Popen([sys.executable, "-u", "-m", "helpers.train.worker", config_path])
+    child = subprocess.Popen([sys.executable, "-u", *(worker or WORKER), config_path])
     for sig in (signal.SIGTERM, signal.SIGINT):   # pass a polite stop on to the worker
         signal.signal(sig, lambda s, _f: child.send_signal(s))
     pid, start = int(os.environ.get(LAUNCHER_PID_ENV, "0")), float(os.environ.get(LAUNCHER_START_ENV, "0"))
@@ -85,4 +87,4 @@ def guard(config_path: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(guard(sys.argv[1]))
+    sys.exit(guard(sys.argv[1], sys.argv[2:]))

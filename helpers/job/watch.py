@@ -43,7 +43,7 @@ def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
 
 
 def worker_pids(procs) -> dict[int, int]:
-    """rank -> pid of the worker processes msrun started (found by their RANK_ID / MS_ROLE)."""
+    """rank -> pid of each rank's worker: the child of its rank guard (found by RANK_ID / MS_ROLE), whatever it runs."""
     out = {}
     for p in procs:
         try:
@@ -52,10 +52,11 @@ def worker_pids(procs) -> dict[int, int]:
             continue
         for c in children:
             try:
-                env, cmd = c.environ(), " ".join(c.cmdline())
+                env, parent = c.environ(), c.parent()
+                guarded = parent is not None and "helpers.job.rank_guard" in " ".join(parent.cmdline())
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
-            if env.get("MS_ROLE") == "MS_WORKER" and "RANK_ID" in env and "helpers.train.worker" in cmd:
+            if env.get("MS_ROLE") == "MS_WORKER" and "RANK_ID" in env and guarded:
                 out.setdefault(int(env["RANK_ID"]), c.pid)
     return out
 

@@ -3,13 +3,15 @@
 import io
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from helpers.core.config import job_config
-from helpers.core.errors import JobFailed
+from helpers.core.errors import ConfigError, JobFailed
+from helpers.job.rank_guard import exit_record_path
 from helpers.job.launch import bind_core_map, compile_cache_dir, find_msrun, free_port, job_env, msrun_command
 from helpers.core.metrics import MetricsTail, MetricsWriter, read_records
 from helpers.job.progress import TextProgress
@@ -26,6 +28,30 @@ def test_msrun_command_carries_the_job_contract(tmp_path):
         assert flag in cmd
     assert cmd[-3:] == ["-m", "helpers.job.rank_guard", str(tmp_path / "config.json")]
     assert cmd[cmd.index("python") - 1].startswith(("--join=True", "--bind_core=")), "msrun flags, then the worker"
+
+
+def test_another_worker_runs_under_the_rank_guard(tmp_path):
+    cfg = job_config("ci", master_port=4242)
+    worker = ("-m", "benchmarks.model_train_worker", "--sink", "0")
+    cmd = msrun_command(cfg, tmp_path / "config.json", tmp_path / "logs", worker=worker)
+    assert cmd[-7:] == ["-m", "helpers.job.rank_guard", str(tmp_path / "config.json"), *worker]
+    cfg_path = cfg.save(tmp_path / "config.json")           # the guard runs it and records its bad exit
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_", "COURSE_LAUNCHER"))}
+    done = subprocess.run([sys.executable, "-m", "helpers.job.rank_guard", str(cfg_path), "-c",
+                           "import sys; sys.exit(3 if sys.argv[-1].endswith('config.json') else 4)"],
+                          env={**clean, "RANK_ID": "5"}, capture_output=True, timeout=60)
+    assert done.returncode == 3
+    assert json.loads(exit_record_path(tmp_path, "5").read_text())["returncode"] == 3
+
+
+def test_another_environment_comes_first_on_path_and_its_msrun_is_used(tmp_path):
+    env = job_env(job_config("ci"), "job-1", base={"PATH": "/usr/bin", "VIRTUAL_ENV": "/ours"}, bin_dir=tmp_path)
+    assert env["PATH"].split(os.pathsep)[0] == str(tmp_path) and "VIRTUAL_ENV" not in env
+    with pytest.raises(ConfigError, match="msrun not found"):
+        find_msrun(tmp_path)                                 # only that environment's msrun, never ours
+    (tmp_path / "msrun").write_text("#!/bin/sh\n")
+    (tmp_path / "msrun").chmod(0o755)
+    assert find_msrun(tmp_path) == str(tmp_path / "msrun")
 
 
 def test_env_puts_this_interpreter_first_and_quiets_glog():
