@@ -4,38 +4,38 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from helpers.exercises.common import _checker, _int, _kind, _say, _tuple_error
+from helpers.exercises.common import checker, as_int, kind_of, say, tuple_error
 
 EX00_WORLD_SIZE = 8                      # the notebook's job: 8 ranks
 EX00_WORKER_ORDINAL = 6                  # "the 6th worker", counting from 1
 EX00_NODES, EX00_WORKERS_PER_NODE = 2, 4  # two servers A and B, 4 cards each
 
 
-@_checker
+@checker
 def check_00_rank_and_size(answer) -> bool:
     """(rank, group size) that ``get_rank()`` / ``get_group_size()`` return in the 6th worker of the job."""
     if answer is None:
-        return _say(None, "set answer = (rank, group_size) for the 6th worker of the 8-rank job")
-    error = _tuple_error(answer, "(rank, group_size)", 2)
+        return say(None, "set answer = (rank, group_size) for the 6th worker of the 8-rank job")
+    error = tuple_error(answer, "(rank, group_size)", 2)
     if error:
-        return _say(False, error)
+        return say(False, error)
     from helpers.core.config import job_config
 
     world = job_config("ci", world_size=EX00_WORLD_SIZE).world_size
     want_rank = list(range(world))[EX00_WORKER_ORDINAL - 1]   # msrun numbers the workers RANK_ID 0..world-1
-    rank, size = (_int(v) for v in answer)
+    rank, size = (as_int(v) for v in answer)
     if (rank, size) == (want_rank, world):
-        return _say(True, f"rank {want_rank} of {world}: ranks run 0..{world - 1}, and the group size is the "
+        return say(True, f"rank {want_rank} of {world}: ranks run 0..{world - 1}, and the group size is the "
                           "whole job, whichever node a worker is on")
     if (rank, size) == (world, want_rank):
-        return _say(False, "the two are swapped: the tuple is (rank, group_size), the rank first")
+        return say(False, "the two are swapped: the tuple is (rank, group_size), the rank first")
     if size != world:
-        return _say(False, f"get_group_size() is the number of ranks in the whole job (the world group): "
+        return say(False, f"get_group_size() is the number of ranks in the whole job (the world group): "
                            f"{world}, not {size}")
     if rank == EX00_WORKER_ORDINAL:
-        return _say(False, f"off by one: ranks count from 0, so the {EX00_WORKER_ORDINAL}th worker has rank "
+        return say(False, f"off by one: ranks count from 0, so the {EX00_WORKER_ORDINAL}th worker has rank "
                            f"{want_rank}, not {rank}")
-    return _say(False, f"the {EX00_WORKER_ORDINAL}th worker has rank {want_rank}, not {rank} (ranks run "
+    return say(False, f"the {EX00_WORKER_ORDINAL}th worker has rank {want_rank}, not {rank} (ranks run "
                        f"0..{world - 1} in the order msrun starts the workers)")
 
 
@@ -60,15 +60,15 @@ def _two_nodes_hints(got: dict, want: dict) -> list[str]:
     return hints
 
 
-@_checker
+@checker
 def check_00_two_nodes(answer) -> bool:
     """The msrun flags on server B of 2 servers x 4 cards: a dict of ``worker_num``, ``local_worker_num``,
     ``node_rank`` (ints)."""
     if answer is None:
-        return _say(None, 'set answer = {"worker_num": ..., "local_worker_num": ..., "node_rank": ...} '
+        return say(None, 'set answer = {"worker_num": ..., "local_worker_num": ..., "node_rank": ...} '
                           'for server B')
     if not isinstance(answer, dict):
-        return _say(False, f"the exercise asks for a dict of the three flags, got {_kind(answer)}")
+        return say(False, f"the exercise asks for a dict of the three flags, got {kind_of(answer)}")
     from helpers.core.config import job_config
     from helpers.job.launch import msrun_command
 
@@ -79,13 +79,13 @@ def check_00_two_nodes(answer) -> bool:
     want = {k: int(flags[k]) for k in ("worker_num", "local_worker_num", "node_rank")}
     missing = [k for k in want if k not in answer]
     if missing:
-        return _say(False, f"the dict lacks {', '.join(missing)}: give all three flags")
+        return say(False, f"the dict lacks {', '.join(missing)}: give all three flags")
     for key in want:
-        if _int(answer[key]) is None:
-            return _say(False, f"{key} is a whole number (int), got {_kind(answer[key])}")
-    hints = _two_nodes_hints({k: _int(answer[k]) for k in want}, want)
+        if as_int(answer[key]) is None:
+            return say(False, f"{key} is a whole number (int), got {kind_of(answer[key])}")
+    hints = _two_nodes_hints({k: as_int(answer[k]) for k in want}, want)
     if hints:
-        return _say(False, "; ".join(hints))
-    return _say(True, f"on B: msrun --worker_num={want['worker_num']} --local_worker_num="
+        return say(False, "; ".join(hints))
+    return say(True, f"on B: msrun --worker_num={want['worker_num']} --local_worker_num="
                       f"{want['local_worker_num']} --node_rank={want['node_rank']} (same master address and "
                       "port as A)")

@@ -1,17 +1,12 @@
 """Pre-flight check before any job starts: software, cards, data layout and each chapter's memory plan.
 
-    python -m helpers.job.envcheck --preset gpu8 --data-dir /data/imagenet [--device-target GPU|Ascend]
-
-Every line is a ``Check`` (name, what was found, ok, what to do); the command exits 1 when any check fails.
+Every line is a ``Check`` (name, what was found, ok, what to do). ``python -m helpers.job.envcheck`` prints it.
 """
 
 from __future__ import annotations
 
-import argparse
-import sys
-import time
-
-from helpers.job.envcheck import Check
+from helpers.job.gpu_host import card_memory_gib, gpu_checks
+from helpers.job.machine_checks import Check, environment_checks
 
 
 def data_checks(data_dir: str, world_size: int) -> list[Check]:
@@ -64,9 +59,8 @@ def preflight(preset: str = "gpu8", data_dir: str | None = None, device_target: 
 
 def preflight_checks(cfg, preset: str) -> list[Check]:
     """The checks of ``preflight`` for a built config (chapter 00 shows them for its own config)."""
-    from helpers.train.data import prepare_data
-    from helpers.job.envcheck import card_memory_gib, environment_checks, gpu_checks
     from helpers.core.errors import DataError
+    from helpers.train.data import prepare_data
 
     try:
         prepare_data(cfg)                 # writes the stand-in / rehearsal tree when the config points at it
@@ -81,25 +75,3 @@ def preflight_checks(cfg, preset: str) -> list[Check]:
     checks += data_checks(cfg.data_dir, cfg.world_size)
     checks += memory_checks(cfg, preset, card_memory_gib() if cfg.device_target == "GPU" else None)
     return checks
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m helpers.job.envcheck", description=__doc__.splitlines()[0])
-    ap.add_argument("--preset", default="gpu8", choices=["ci", "cpu", "gpu8"])
-    ap.add_argument("--data-dir", default=None, help="ImageNet layout: train/<wnid>/*.JPEG and val/")
-    ap.add_argument("--device-target", default=None, choices=["CPU", "GPU", "Ascend"])
-    ap.add_argument("--world-size", type=int, default=None)
-    ap.add_argument("--rehearse", action="store_true", help="gpu8 only: the CPU rehearsal's settings")
-    args = ap.parse_args(argv)
-    t0 = time.monotonic()
-    checks = preflight(args.preset, args.data_dir, args.device_target, args.world_size, args.rehearse)
-    width = max(len(c.name) for c in checks)
-    for c in checks:
-        print(f"{'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.value}" + ("" if c.ok else f"\n      fix: {c.note}"))
-    failed = [c for c in checks if not c.ok]
-    print(f"\n{len(checks) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - t0:.1f} s")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Chapter 00's steps (notebooks/00_environment_setup.ipynb): the pre-flight table, the convolution choice, the
+first job's summary and checksums, the 2-node comparison, the errata checks and the values the chapter records.
+
+Each ``show_*`` displays one notebook output; the pure parts it shows (rows, sentences) are separate functions.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from helpers.conclusions.ch00 import conv_benchmark, seed_api_facts, two_node_comparison
+from helpers.core.config import config_table
+from helpers.core.rehearsal import stand_in_rows
+from helpers.job.launch import msrun_command
+from helpers.job.multinode import netns_unavailable
+from helpers.job.preflight import preflight_checks
+from helpers.output.tables import show_md, show_table
+from helpers.train.conv_autoselect import resolve_conv_impl
+
+
+def show_config(cfg) -> None:
+    """The settings of the chapter's job, before it runs."""
+    show_table(config_table(cfg), ["setting", "value"])
+
+
+# ---------------------------------------------------------------- 1. what this machine has
+def shows_stand_ins(cfg, preset: str) -> bool:
+    """Whether the chapter shows which card-only parts ran as on the cards (a rehearsal, or gpu8 on a card)."""
+    return cfg.rehearsal or (cfg.device_target != "CPU" and preset == "gpu8")
+
+
+def preflight_rows(checks) -> list[tuple]:
+    return [(c.name, c.value, "✅" if c.ok else "❌", c.note) for c in checks]
+
+
+def show_preflight(cfg, preset: str) -> list[str]:
+    """The pre-flight table for this config (and, where it applies, the stand-in table); the failed checks' names."""
+    checks = preflight_checks(cfg, preset)
+    show_table(preflight_rows(checks), ["check", "found", "ok", "what it means / the fix"])
+    if shows_stand_ins(cfg, preset):
+        show_md(f"**Which parts ran as on the cards** (device target {cfg.device_target}):")
+        show_table(stand_in_rows(cfg.device_target), ["on 8 cards", "in this run", "where the branch is"])
+    return [c.name for c in checks if not c.ok]
+
+
+def conv_choice_md(cfg, impl: str, evidence: dict, bench: dict) -> str:
+    """Which convolution runs and why, this run's timing (when measured) next to the committed benchmark."""
+    times = evidence.get("seconds_per_step")
+    detail = (f" Measured on `{evidence['cpu']}`: native {times['native']:.3f} s/step, im2col {times['im2col']:.3f} "
+              f"s/step (native/im2col = {times['native'] / times['im2col']:.2f})." if times else "")
+    return (f"This run uses **conv_impl = `{impl}`** on **{cfg.device_target}**: {evidence['reason']}.{detail}  \n"
+            f"Committed benchmark (`benchmarks/results/conv_cpu.json`, {bench['cpu']}, {bench['date']}): native "
+            f"convolution took **{bench['min_ratio']:.1f}-{bench['max_ratio']:.1f}x** as long as im2col over its "
+            f"{bench['cases']} cases (ResNet blocks and whole steps).")
+
+
+def choose_conv_impl(cfg):
+    """``cfg`` with its convolution resolved (``auto``: timed once per machine), shown with the evidence; returns
+    ``(cfg, seconds per step by implementation)`` (empty when nothing was timed)."""
+    impl, evidence = resolve_conv_impl(cfg)
+    cfg = cfg.replace(conv_impl=impl)
+    show_md(conv_choice_md(cfg, impl, evidence, conv_benchmark()))
+    return cfg, evidence.get("seconds_per_step") or {}
+
+
+# ---------------------------------------------------------------- 2. the first 8-rank job
+def msrun_command_line(cfg) -> str:
+    """The msrun command the launcher runs for ``cfg`` (a fixed port and placeholder paths, for reading)."""
+    return " ".join(msrun_command(cfg.replace(master_port=12345), "runs/00/<run>/config.json", "runs/00/<run>/logs"))
+
+
+def steps_applied(result) -> int:
+    """Steps whose update was applied on rank 0 (an AMP step that overflowed in float16 is skipped)."""
+    return sum(not rec.get("overflow", False) for rec in result.steps[0])
+
+
+def job_summary_md(cfg, result) -> str:
+    """How many ranks finished, the wall time, the run directory."""
+    return (f"Finished: **{len(result.ranks)} of {cfg.world_size} ranks** wrote a summary, wall time "
+            f"**{result.wall_s:.1f} s** (run directory `{result.run_dir}`).")
+
+
+def loss_scale_md(cfg, result) -> str:
+    """With a dynamic loss scale: how many steps were applied, how many overflowed ("" without one)."""
+    if not any("overflow" in rec for rec in result.steps[0]):
+        return ""
+    applied = steps_applied(result)
+    skipped = cfg.steps - applied
+    what = (f"; {skipped} overflowed in float16 and were skipped while the scale halved" if skipped
+            else ", none overflowed in float16")
+    return (f"AMP {cfg.amp_level} with a dynamic loss scale: **{applied} of {cfg.steps}** steps were applied{what} "
+            f"(scale after the last step: {result.steps[0][-1]['loss_scale']:g}).")
+
+
+def show_job_summary(cfg, result) -> None:
+    show_md(job_summary_md(cfg, result))
+    if loss_scale_md(cfg, result):
+        show_md(loss_scale_md(cfg, result))
+
+
+# ---------------------------------------------------------------- 3. were the gradients averaged?
+def distinct_first_batches(result) -> int:
+    """How many different class mixes the ranks' first batches had (each rank reads its own shard)."""
+    return len({tuple(map(tuple, result.steps[r][0]["class_counts"])) for r in result.ranks})
+
+
+def checksum_rows(result) -> list[tuple]:
+    return [(r, f"{result.steps[r][0]['loss']:.4f}", result.summaries[r]["checksum"][:16],
+             f"{result.summaries[r]['param_sum']:.6f}") for r in result.ranks]
+
+
+def show_rank_checksums(result) -> None:
+    """Each rank's step-1 loss on its own data next to its parameters' sha256 and sum."""
+    show_table(checksum_rows(result), ["rank", "loss at step 1 (own data)", "sha256 of parameters",
+                                       "sum of parameters"])
+
+
+# ---------------------------------------------------------------- 4. two nodes x 4 workers
+def two_node_skip_reason(run_multinode: bool) -> str:
+    """Why the 2-node demo does not run here ("" when it runs)."""
+    return (netns_unavailable() or "") if run_multinode else "run_multinode=False"
+
+
+def two_node_rows(result, multi, cmp: dict) -> list[tuple]:
+    """Per step the largest loss difference over the ranks between the layouts, then the final checksums."""
+    return ([(i + 1, f"{d:.1e}") for i, d in enumerate(cmp["loss_diff_per_step"])]
+            + [("final sha256", f"{result.summaries[0]['checksum'][:16]} vs {multi.summaries[0]['checksum'][:16]}")])
+
+
+def show_two_node_comparison(cfg, result, multi, skipped: str) -> dict:
+    """The 2-node job against the single-node one (``two_node_comparison``), or why it was skipped ({})."""
+    if skipped:
+        show_md(f"**Skipped the 2-node demo:** {skipped}.")
+        return {}
+    cmp = two_node_comparison(result, multi)
+    nodes = sorted({p.parent.name for p in multi.log_dir.rglob("worker_*.log")})
+    show_md(f"2 nodes x {cfg.world_size // 2} workers: **{len(multi.ranks)} ranks** finished "
+            f"(logs per node: {', '.join(nodes)}).")
+    show_table(two_node_rows(result, multi, cmp),
+               ["step", "largest |loss difference| over the ranks, 1 node vs 2 nodes"])
+    return cmp
+
+
+# ---------------------------------------------------------------- errata
+def rank_num_error() -> str | None:
+    """The error MindSpore raises for the seed blog's ``get_auto_parallel_context("rank_num")`` (None: accepted)."""
+    import mindspore as ms
+
+    try:
+        ms.get_auto_parallel_context("rank_num")
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def show_errata_checks() -> dict:
+    """The seed blog's 1.10-era calls checked against the installed MindSpore: ``{rank_num_error, seed_api}``."""
+    import mindspore as ms
+    from mindspore.communication import get_group_size, get_rank
+
+    error, seed_api = rank_num_error(), seed_api_facts()
+    show_md(f"`get_auto_parallel_context('rank_num')` → **ValueError**: `{error}`  \n"
+            f"Real API: `get_rank{inspect.signature(get_rank)}`, `get_group_size{inspect.signature(get_group_size)}`.")
+    show_table(list(seed_api.items()), [f"checked in MindSpore {ms.__version__}", "found"])
+    return {"rank_num_error": error, "seed_api": seed_api}
+
+
+# ---------------------------------------------------------------- what the chapter records
+def recorded_values(preset: str, rehearse: bool, cfg, result, *, conv_times: dict, preflight_failed: list[str],
+                    multi, multinode_skipped: str, two_node: dict, errata: dict) -> dict:
+    """The values ``record_results`` stores and ``chapter00_claims`` reads."""
+    return dict(
+        preset=preset,
+        rehearsal=rehearse,
+        world_size=len(result.ranks),
+        steps=cfg.steps,
+        ranks_finished=sum(1 for r in result.ranks if result.summaries[r].get("steps") == cfg.steps),
+        weights_identical=result.weights_identical,
+        distinct_first_batches=distinct_first_batches(result),
+        multinode_world_size=len(multi.ranks) if multi else 0,
+        multinode_weights_identical=bool(multi and multi.weights_identical),
+        multinode_skipped=multinode_skipped,
+        multinode_vs_single=two_node,
+        job_wall_s=result.wall_s,
+        conv_impl=cfg.conv_impl,
+        conv_seconds_per_step=conv_times,
+        device_target=cfg.device_target,
+        rank_num_is_invalid=errata["rank_num_error"] is not None,
+        seed_api=errata["seed_api"],
+        steps_applied=steps_applied(result),
+        preflight_failed=preflight_failed,
+    )
