@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helpers.exercises.common import _checker, _int, _kind, _say
+from helpers.exercises.common import checker, as_int, kind_of, say
 
 EX01_CLASSES, EX01_PER_CLASS = 10, 40    # class-sorted labels: 0 x40, 1 x40, ..., 9 x40
 EX01_RANKS, EX01_BATCH_PER_RANK = 8, 5
@@ -19,79 +19,79 @@ def ex01_labels() -> np.ndarray:
 def _histogram_error(answer, want: np.ndarray) -> str | None:
     """Why ``answer`` is not a list of ``EX01_CLASSES`` whole counts (shares are named), or None."""
     if isinstance(answer, np.ndarray) and answer.dtype.kind in "iu":
-        answer = answer.tolist()          # what balance.class_histograms returns: counts all the same
+        answer = answer.tolist()          # what shard_stats.class_histograms returns: counts all the same
     if not isinstance(answer, list):
-        return f"the exercise asks for a list of {EX01_CLASSES} counts, got {_kind(answer)}"
+        return f"the exercise asks for a list of {EX01_CLASSES} counts, got {kind_of(answer)}"
     if len(answer) != EX01_CLASSES:
         return f"the exercise asks for one count per class, {EX01_CLASSES} items, got {len(answer)}"
-    odd = [v for v in answer if _int(v) is None]
+    odd = [v for v in answer if as_int(v) is None]
     if not odd:
         return None
     numbers = all(isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
                   for v in answer)
     if numbers and np.allclose(np.asarray(answer, dtype=float), want / want.sum()):
         return f"these are shares; the exercise asks for image counts (same shape, times {int(want.sum())})"
-    return f"the counts are whole numbers (int), but one is {_kind(odd[0])}"
+    return f"the counts are whole numbers (int), but one is {kind_of(odd[0])}"
 
 
-@_checker
+@checker
 def check_01_rank3_histogram(answer) -> bool:
     """Rank 3's row of the class heatmap under the ``contiguous`` split: images of each class it reads."""
     if answer is None:
-        return _say(None, f"set answer = a list of {EX01_CLASSES} counts (images of class 0..{EX01_CLASSES - 1} "
+        return say(None, f"set answer = a list of {EX01_CLASSES} counts (images of class 0..{EX01_CLASSES - 1} "
                           f"that rank {EX01_RANK} reads)")
-    from helpers.topics import shard_stats as balance
+    from helpers.topics import shard_stats
     from helpers.train.sampler import shard_indices
 
     labels = ex01_labels()
     shards = shard_indices("contiguous", labels, EX01_RANKS)
-    rows = balance.class_histograms(shards, labels, EX01_CLASSES)
+    rows = shard_stats.class_histograms(shards, labels, EX01_CLASSES)
     want, first, per_rank = rows[EX01_RANK], int(shards[EX01_RANK][0]), len(labels) // EX01_RANKS
     error = _histogram_error(answer, want)
     if error:
-        return _say(False, error)
-    got = np.array([_int(v) for v in answer])
+        return say(False, error)
+    got = np.array([as_int(v) for v in answer])
     if np.array_equal(got, want):
         seen = [c for c in range(EX01_CLASSES) if want[c]]
-        return _say(True, f"rank {EX01_RANK} reads the block {first}..{int(shards[EX01_RANK][-1])} of the "
+        return say(True, f"rank {EX01_RANK} reads the block {first}..{int(shards[EX01_RANK][-1])} of the "
                           "listing: "
-                          f"classes {seen} only (max TV of this split: {balance.max_tv(shards, labels):.2f})")
+                          f"classes {seen} only (max TV of this split: {shard_stats.max_tv(shards, labels):.2f})")
     other = [r for r in range(EX01_RANKS) if np.array_equal(got, rows[r])]
     if other:
-        return _say(False, f"that is rank {other[0]}'s row; ranks count from 0, so rank {EX01_RANK} reads "
+        return say(False, f"that is rank {other[0]}'s row; ranks count from 0, so rank {EX01_RANK} reads "
                            f"positions {first}..{first + per_rank - 1}")
     if got.sum() != per_rank:
-        return _say(False, f"rank {EX01_RANK} reads {len(labels)} images / {EX01_RANKS} ranks = {per_rank} "
+        return say(False, f"rank {EX01_RANK} reads {len(labels)} images / {EX01_RANKS} ranks = {per_rank} "
                            "images; "
                            f"these counts add up to {int(got.sum())}")
-    return _say(False, f"rank {EX01_RANK} reads {list(map(int, want))}: {per_rank} consecutive images of the "
+    return say(False, f"rank {EX01_RANK} reads {list(map(int, want))}: {per_rank} consecutive images of the "
                        f"class-sorted listing, starting at {first}, where class c starts at c x {EX01_PER_CLASS}")
 
 
-@_checker
+@checker
 def check_01_worst_step_classes(answer) -> bool:
     """Distinct classes in the worst global step with ``DistributedSampler(shuffle=False)`` (``distributed``)."""
     if answer is None:
-        return _say(None, "set answer = the number of distinct classes in the worst global step")
-    got = _int(answer)
+        return say(None, "set answer = the number of distinct classes in the worst global step")
+    got = as_int(answer)
     if got is None:
-        return _say(False, f"the exercise asks for a whole number (int), got {_kind(answer)}")
-    from helpers.topics import shard_stats as balance
+        return say(False, f"the exercise asks for a whole number (int), got {kind_of(answer)}")
+    from helpers.topics import shard_stats
     from helpers.train.sampler import shard_indices
 
     labels = ex01_labels()
     shards = shard_indices("distributed", labels, EX01_RANKS)
-    want = balance.step_coverage(shards, labels, EX01_BATCH_PER_RANK).min_classes
+    want = shard_stats.step_coverage(shards, labels, EX01_BATCH_PER_RANK).min_classes
     step = EX01_RANKS * EX01_BATCH_PER_RANK
     if got == want:
-        return _say(True, f"{want} class(es): rank k reads k, k+{EX01_RANKS}, ..., so one global step is {step} "
+        return say(True, f"{want} class(es): rank k reads k, k+{EX01_RANKS}, ..., so one global step is {step} "
                           f"consecutive images of the listing, although each rank's epoch is perfectly mixed "
-                          f"(max TV {balance.max_tv(shards, labels):.2f})")
+                          f"(max TV {shard_stats.max_tv(shards, labels):.2f})")
     hints = {EX01_CLASSES: f"{got} is what each rank's epoch holds (every class); one step reads only {step} "
                            "consecutive images of the listing",
              EX01_RANKS: f"{got} would be one class per rank, but the ranks interleave: together they read "
                          f"{step} consecutive positions of the listing",
              EX01_BATCH_PER_RANK: f"{got} is the images per rank per step; count the classes among the {step} "
                                   "images of the whole step"}
-    return _say(False, hints.get(got, f"the worst step holds {want} class(es), not {got}: a global step reads "
+    return say(False, hints.get(got, f"the worst step holds {want} class(es), not {got}: a global step reads "
                                       f"{step} consecutive samples of the class-sorted listing"))

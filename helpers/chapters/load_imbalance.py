@@ -1,0 +1,202 @@
+"""Chapter 01's steps (load imbalance): four splits of class-sorted data planned, run, measured, recorded."""
+
+from __future__ import annotations
+
+import inspect
+import time
+from dataclasses import dataclass
+
+import matplotlib.pyplot as plt
+import numpy as np
+
+from helpers.core.config import config_table, job_config
+from helpers.core.step_times import steady_step_s
+from helpers.job.launch import run_job
+from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars
+from helpers.output.tables import show_md, show_table
+from helpers.topics import seen_classes, shard_stats
+from helpers.train.data import prepare_data
+from helpers.train.sampler import SHARD_KINDS, shard_indices
+from helpers.train.stratified_split import stratified_shards
+
+STRATEGIES = SHARD_KINDS     # contiguous, distributed, distributed_shuffle, stratified: the jobs' order
+IMAGENET_SHARDS_READ = {"ci": 1, "cpu": 2, "gpu8": 8}   # shards of the shuffled DistributedSampler read
+SUMMARY_COLUMNS = ("max_tv", "min_classes_per_step", "mean_batch_classes", "accuracy", "loss_spread")
+SUMMARY_BARS = {"max_tv": "max TV of a rank's mix (lower is better)",
+                "min_classes_per_step": "min classes per global step (higher is better)",
+                "accuracy": "held-out accuracy", "loss_spread": "spread of per-rank loss"}
+
+
+def prepare(preset: str, rehearse: bool, **overrides):
+    """The chapter's job config and its train split's index (data made and checked); shows both."""
+    base = job_config(preset, rehearse=rehearse, chapter="01", evaluate=True, **overrides)
+    index = prepare_data(base)
+    show_table(config_table(base), ["setting", "value"])
+    show_table(list(zip(index.classes, index.counts.tolist())), ["class (folder)", "train images"])
+    return base, index
+
+
+# ------------------------------------------------------------------------------------- before training
+@dataclass
+class Plan:
+    """Each strategy's shards of the folder listing and its predicted balance row."""
+
+    shards: dict[str, list[np.ndarray]]
+    rows: list[tuple]
+
+
+def plan_splits(labels, world_size: int, seed: int, global_batch: int) -> Plan:
+    """Every strategy's shards of ``labels`` and (strategy, max TV, min / mean classes per global step)."""
+    whole_steps = {"stratified": {"global_batch": global_batch}}     # the stratified split fills whole steps
+    shards = {k: shard_indices(k, labels, world_size, seed, **whole_steps.get(k, {})) for k in STRATEGIES}
+    rows = []
+    for k, s in shards.items():
+        cov = shard_stats.step_coverage(s, labels, global_batch // world_size)
+        rows.append((k, shard_stats.max_tv(s, labels), cov.min_classes, cov.mean_classes))
+    return Plan(shards, rows)
+
+
+def show_plan(base, index) -> Plan:
+    """The planned split of ``index``'s labels for ``base``'s ranks, shown as a table."""
+    plan = plan_splits(index.labels, base.world_size, base.seed, base.global_batch)
+    show_table(plan.rows, ["strategy", "max TV of a rank's epoch", "min classes in a global step",
+                           "mean classes per step"])
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------- the jobs
+def run_strategies(base, progress="auto") -> dict:
+    """One job per strategy (only ``sampler`` changes); shows wall time and held-out accuracy."""
+    results = {k: run_job(base.replace(name=k, sampler=k), progress=progress) for k in STRATEGIES}
+    show_table([(k, f"{r.wall_s:.1f} s", r.summaries[0]["accuracy"]) for k, r in results.items()],
+               ["strategy", "wall time", "held-out accuracy"])
+    return results
+
+
+@dataclass
+class Measured:
+    """What the ranks read and how they fared, per strategy, from the jobs' own records."""
+
+    hists: dict          # (ranks, classes) images of each class a rank trained on
+    coverage: dict       # per step: distinct classes in the global batch
+    step_spread: dict    # slowest / fastest rank's mean step time
+    data_wait_ms: dict   # the slowest rank's mean data wait
+    summary: dict        # figure -> strategy -> value (the side-by-side table and bars)
+
+
+def measure(results: dict, global_counts) -> Measured:
+    """The chapter's figures from each strategy's job result."""
+    hists = {k: seen_classes.rank_histograms(r) for k, r in results.items()}
+    coverage = {k: seen_classes.global_step_classes(r) for k, r in results.items()}
+    summary = {
+        "max_tv": {k: float(seen_classes.tv_from_global(h, global_counts).max()) for k, h in hists.items()},
+        "min_classes_per_step": {k: int(c.min()) for k, c in coverage.items()},
+        "mean_batch_classes": {k: float(seen_classes.batch_classes(r).mean()) for k, r in results.items()},
+        "accuracy": {k: float(r.summaries[0]["accuracy"]) for k, r in results.items()},
+        "loss_spread": {k: float(np.std(r.metric("loss")[:, -1])) for k, r in results.items()},
+    }
+    return Measured(hists, coverage, {k: seen_classes.rank_step_spread(r) for k, r in results.items()},
+                    {k: seen_classes.slowest_data_wait_ms(r) for k, r in results.items()}, summary)
+
+
+def plot_class_mix(measured: Measured, index, base):
+    """Heatmaps of what each rank trained on, one per strategy."""
+    return class_heatmaps(measured.hists, index.classes,
+                          title=f"class mix each rank trained on ({base.steps} steps x {base.batch_per_rank} "
+                                "images)")
+
+
+def plot_step_coverage(measured: Measured, index, base):
+    """Distinct classes in every global step, one line per strategy."""
+    title = f"class coverage per global step ({base.global_batch} images, {len(index.classes)} classes)"
+    return per_strategy_curves(measured.coverage, "distinct classes in the global batch", title)
+
+
+def plot_loss_per_rank(results: dict):
+    """One panel per strategy, one line per rank's loss."""
+    fig, axes = plt.subplots(1, len(results), figsize=(4 * len(results), 3.2), sharey=True, squeeze=False)
+    for ax, (k, r) in zip(axes[0], results.items()):
+        loss_per_rank(r, title=k, ax=ax)
+        ax.legend().remove()
+    fig.tight_layout()
+    return fig
+
+
+def timing_rows(results: dict, measured: Measured) -> list[tuple]:
+    """(strategy, steady step time of the ranks' mean, slowest / fastest rank, slowest rank's data wait)."""
+    return [(k, steady_step_s(r.metric("step_s"), skip=1, ranks="mean"), measured.step_spread[k],
+             measured.data_wait_ms[k]) for k, r in results.items()]
+
+
+def show_timing(results: dict, measured: Measured) -> None:
+    """The per-strategy timing table (first step, with graph compilation, left out)."""
+    show_table(timing_rows(results, measured),
+               ["strategy", "steady step time (s, ranks' mean)", "slowest / fastest rank (mean step)",
+                "slowest rank's mean data wait (ms)"])
+
+
+def show_summary(measured: Measured):
+    """The side-by-side table; returns the bar figure of its main columns."""
+    s = measured.summary
+    show_table([(k, *(s[c][k] for c in SUMMARY_COLUMNS)) for k in STRATEGIES],
+               ["strategy", "max TV (seen)", "min classes / global step", "mean classes / rank batch",
+                "held-out accuracy", "std of last loss over ranks"])
+    return strategy_bars(s, SUMMARY_BARS)
+
+
+# ------------------------------------------------------------------------------ ImageNet scale, errata
+def imagenet_shards_to_read(preset: str, rehearse: bool, override: int | None = None) -> int:
+    """Shards of the shuffled DistributedSampler to read at ImageNet scale: ``override``, else 1 when
+    rehearsing, else the preset's (all 8 only on gpu8: reading one costs seconds on 2 cores)."""
+    return override or (1 if rehearse else IMAGENET_SHARDS_READ[preset])
+
+
+def imagenet_scale(shards_read: int, labels=None) -> dict:
+    """Max TV of the stratified split (all 8 shards, timed) and of ``shards_read`` shards of MindSpore's
+    shuffled DistributedSampler, on ImageNet-shaped labels (or ``labels``); shows the table."""
+    labels = shard_stats.imagenet_shaped_labels(seed=0) if labels is None else labels
+    t0 = time.perf_counter()
+    strat = stratified_shards(labels, 8, seed=0)
+    split_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    dist = shard_indices("distributed_shuffle", labels, 8, seed=0, method="lookup",
+                         shards=list(range(shards_read)))
+    dist_s = time.perf_counter() - t0
+    tv = {"distributed_shuffle": shard_stats.max_tv(dist, labels),
+          "stratified": shard_stats.max_tv(strat, labels)}
+    show_table([("stratified (8 shards)", f"{split_s:.3f} s", tv["stratified"]),
+                (f"DistributedSampler(shuffle=True) ({shards_read} shard(s) read)", f"{dist_s:.2f} s",
+                 tv["distributed_shuffle"])], ["split", "time", "max TV"])
+    return {"max_tv": tv, "split_s": split_s, "shards_read": shards_read}
+
+
+def class_column_errata() -> str | None:
+    """Shows ``DistributedSampler``'s real signature and what ``class_column=`` raises; returns that error
+    (``None`` if this MindSpore accepted it)."""
+    import mindspore.dataset as ds
+
+    try:
+        ds.DistributedSampler(8, 0, class_column="label")
+        error = None
+    except TypeError as exc:
+        error = str(exc)
+    show_md(f"`DistributedSampler{inspect.signature(ds.DistributedSampler.__init__)}`  \n"
+            f"`DistributedSampler(8, 0, class_column='label')` → **TypeError**: `{error}`")
+    return error
+
+
+def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measured: Measured, inet: dict,
+                    class_column_error: str | None) -> dict:
+    """The values the chapter records (and its claims read: ``helpers.conclusions.ch01``)."""
+    s = measured.summary
+    return dict(
+        preset=preset, rehearsal=rehearse, steps=base.steps, num_classes=len(index.classes),
+        **{k: s[k] for k in SUMMARY_COLUMNS},
+        step_time_spread=measured.step_spread, slowest_data_wait_ms=measured.data_wait_ms,
+        planned_max_tv={k: float(v) for k, v, _, _ in plan.rows},
+        stratified_class_spread=shard_stats.per_class_spread(plan.shards["stratified"], index.labels),
+        contiguous_class_spread=shard_stats.per_class_spread(plan.shards["contiguous"], index.labels),
+        imagenet_scale_max_tv=inet["max_tv"], imagenet_scale_split_s=inet["split_s"],
+        imagenet_shards_iterated=inet["shards_read"],
+        class_column_rejected=class_column_error is not None,
+    )
