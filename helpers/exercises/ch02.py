@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helpers.exercises.common import _checker, _int, _say, _tuple_error
+from helpers.exercises.common import checker, as_int, say, tuple_error
 
 EX02_ARCH, EX02_IMAGE_SIZE = "resnet50", 224
 EX02_GLOBAL_BATCH, EX02_CARDS, EX02_CAPACITY_GB = 2048, 8, 16   # 256 images per card, 16 GiB cards
@@ -31,23 +31,23 @@ def _accumulation_hint(micro: int, steps: int, best: tuple[int, int]) -> str:
             f"the exercise asks for the fewest accumulation steps, and micro-batch {best[0]} fits too")
 
 
-@_checker
+@checker
 def check_02_accumulation(answer) -> bool:
     """(micro_batch, accumulation_steps) for ResNet-50, 224 px, 256 images per 16 GiB card: the largest
     micro-batch that divides 256 and fits, i.e. the fewest accumulation steps (``plan_accumulation``)."""
     if answer is None:
-        return _say(None, "set answer = (micro_batch, accumulation_steps): the largest micro-batch that fits")
-    error = _tuple_error(answer, "(micro_batch, accumulation_steps)", 2)
+        return say(None, "set answer = (micro_batch, accumulation_steps): the largest micro-batch that fits")
+    error = tuple_error(answer, "(micro_batch, accumulation_steps)", 2)
     if error:
-        return _say(False, error)
+        return say(False, error)
     from helpers.core.memory_planner import estimate, plan_accumulation
 
-    micro, steps = (_int(v) for v in answer)
+    micro, steps = (as_int(v) for v in answer)
     best = plan_accumulation(EX02_ARCH, EX02_GLOBAL_BATCH, EX02_CARDS, EX02_CAPACITY_GB, EX02_IMAGE_SIZE)
     if (micro, steps) != best:
-        return _say(False, _accumulation_hint(micro, steps, best))
+        return say(False, _accumulation_hint(micro, steps, best))
     est = estimate(EX02_ARCH, micro, EX02_IMAGE_SIZE, accumulation_steps=steps)
     twice = estimate(EX02_ARCH, 2 * micro, EX02_IMAGE_SIZE, accumulation_steps=max(steps // 2, 1))
-    return _say(True, f"{micro} x {steps}: the largest micro-batch that fits (~{est.total_gib:.1f} GiB of "
+    return say(True, f"{micro} x {steps}: the largest micro-batch that fits (~{est.total_gib:.1f} GiB of "
                       f"{EX02_CAPACITY_GB}; {2 * micro} would need ~{twice.total_gib:.1f}), what "
                       "plan_accumulation picks")

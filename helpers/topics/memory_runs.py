@@ -26,11 +26,6 @@ than the address space its rank already reserved; ``cap_below`` places a cap und
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-
 import numpy as np
 
 MIB = 2 ** 20
@@ -67,18 +62,6 @@ def job_memory(result) -> dict:
     return out
 
 
-def job_throughput(result, skip_first: bool = True) -> float:
-    """Images per second of the whole job: global batch / median over steps of the slowest rank's step time.
-
-    The first step (graph compilation) is left out; a step of a data-parallel job ends when its slowest rank
-    does (the gradient AllReduce waits for it).
-    """
-    st = result.metric("step_s")
-    if skip_first and st.shape[1] > 1:
-        st = st[:, 1:]
-    return float(result.config.global_batch / np.median(st.max(axis=0)))
-
-
 # ------------------------------------------------------------------------------- one process, measured
 def _status_kib(field: str) -> float:
     with open("/proc/self/status") as f:
@@ -98,50 +81,45 @@ def _reset_peak_rss() -> bool:
         return False
 
 
-def _measure_here(spec: dict) -> dict:
-    """Run in the measuring subprocess: build the model and step, compile, then measure steady steps."""
-    import time
-
+def _measured_step(spec: dict):
+    """This process set up for measuring (CPU, graph mode, seeded) and a no-argument step of the spec's model."""
     import mindspore as ms
-    from mindspore import nn
     from mindspore.device_context.cpu.op_tuning import threads_num
 
     from helpers.train.models import build_model
+    from helpers.train.recipe import plain_train_step
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
     threads_num(int(spec.get("threads", 1)))
     ms.set_seed(0)
-    batch, k = int(spec["batch"]), int(spec.get("accumulation_steps", 1))
-    net = build_model(spec["arch"], spec.get("num_classes", 10), spec["width"], spec["stem"],
-                      spec["conv_impl"])
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    opt = nn.Momentum(net.trainable_params(), 0.01, 0.9)
+    batch, k, size = int(spec["batch"]), int(spec.get("accumulation_steps", 1)), int(spec["image_size"])
+    classes = spec.get("num_classes", 10)
+    step_cell = plain_train_step(build_model(spec["arch"], classes, spec["width"], spec["stem"], spec["conv_impl"]))
     rng = np.random.default_rng(0)
-    size = int(spec["image_size"])
 
     def data(n):
         return (ms.Tensor(rng.standard_normal((n, 3, size, size)).astype(np.float32)),
-                ms.Tensor(rng.integers(0, spec.get("num_classes", 10), n).astype(np.int32)))
+                ms.Tensor(rng.integers(0, classes, n).astype(np.int32)))
 
     if k == 1:
-        step_cell = nn.TrainOneStepCell(nn.WithLossCell(net, loss), opt)
-        step_cell.set_train()
         x, y = data(batch)
+        return lambda: step_cell(x, y).asnumpy()
+    from helpers.train.grad_accumulation import AccumulatingTrainStep
 
-        def step():
-            step_cell(x, y).asnumpy()
-    else:
-        from helpers.train.grad_accumulation import AccumulatingTrainStep
+    acc = AccumulatingTrainStep(step_cell.network, step_cell.optimizer, k)
+    micro = [data(batch // k) for _ in range(k)]
+    return lambda: acc(micro)
 
-        acc = AccumulatingTrainStep(nn.WithLossCell(net, loss), opt, k)
-        micro = [data(batch // k) for _ in range(k)]
 
-        def step():
-            acc(micro)
+def measure_here(spec: dict) -> dict:
+    """Run in the measuring interpreter: build the model and step, compile, then measure the steady steps."""
+    import time
 
-    ready_rss = _status_kib("VmRSS") / 1024
-    ready_vms = _status_kib("VmSize") / 1024
+    from mindspore import runtime
+
+    step = _measured_step(spec)
+    ready_rss, ready_vms = _status_kib("VmRSS") / 1024, _status_kib("VmSize") / 1024
     t0 = time.perf_counter()
     step()                                      # compiles
     first_s = time.perf_counter() - t0
@@ -152,13 +130,12 @@ def _measure_here(spec: dict) -> dict:
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    from mindspore import runtime
-
     return {
         # MindSpore's own allocator counters (documented to read 0 on CPU: recorded, so the notebook can say so)
         "allocator_max_allocated_mb": runtime.max_memory_allocated() / MIB,
         "allocator_max_reserved_mb": runtime.max_memory_reserved() / MIB,
-        "batch": batch, "accumulation_steps": k, "image_size": size, "conv_impl": spec["conv_impl"],
+        "batch": int(spec["batch"]), "accumulation_steps": int(spec.get("accumulation_steps", 1)),
+        "image_size": int(spec["image_size"]), "conv_impl": spec["conv_impl"],
         "ready_rss_mb": ready_rss, "ready_vms_mb": ready_vms, "after_first_step_rss_mb": after_first_rss,
         "steady_peak_rss_mb": _status_kib("VmHWM") / 1024 if reset else float("nan"),
         "peak_rss_mb": _status_kib("VmHWM") / 1024 if not reset else None,
@@ -180,29 +157,18 @@ def measure_step_memory(batch: int, arch: str = "resnet18", width: float = 0.125
     convolution ran for each pass (``onednn_conv_kernels``): it depends on the CPU's instruction set, and
     so does the memory a convolution holds beyond the activations.
     """
+    from helpers.core.fresh_python import call_fresh
+
     if conv_impl not in ("native", "im2col"):
         raise ValueError(f"conv_impl: measure 'native' or 'im2col' explicitly (got {conv_impl!r})")
     spec = dict(batch=batch, arch=arch, width=width, stem=stem, image_size=image_size, conv_impl=conv_impl,
                 accumulation_steps=accumulation_steps, steps=steps, threads=threads)
-    code = ("import json, sys; from helpers.topics.memory_runs import _measure_here; "
-            "print('RESULT ' + json.dumps(_measure_here(json.loads(sys.argv[1]))))")
-    from helpers.core.paths import course_home
-
-    env = {**os.environ, "GLOG_v": "3", "OMP_NUM_THREADS": str(threads),
-           "PYTHONPATH": os.pathsep.join([str(course_home()), os.environ.get("PYTHONPATH", "")])}
-    env.pop("MS_COMPILER_CACHE_ENABLE", None)
+    env = {"OMP_NUM_THREADS": str(threads), **({"ONEDNN_VERBOSE": "1"} if onednn_verbose else {})}
+    result, lines = call_fresh("helpers.topics.memory_runs:measure_here", spec, env=env,
+                               unset=("MS_COMPILER_CACHE_ENABLE",), timeout_s=timeout_s, keep_output=True)
     if onednn_verbose:
-        env["ONEDNN_VERBOSE"] = "1"
-    proc = subprocess.run([sys.executable, "-c", code, json.dumps(spec)], capture_output=True, text=True,
-                          env=env, timeout=timeout_s, cwd=str(course_home()))
-    for line in proc.stdout.splitlines():
-        if line.startswith("RESULT "):
-            result = json.loads(line[len("RESULT "):])
-            if onednn_verbose:
-                result["conv_kernels"] = onednn_conv_kernels(proc.stdout.splitlines())
-            return result
-    tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-15:])
-    raise RuntimeError(f"memory measurement (batch {batch}) failed with rc {proc.returncode}:\n{tail}")
+        result["conv_kernels"] = onednn_conv_kernels(lines)
+    return result
 
 
 def onednn_conv_kernels(lines) -> dict[str, str]:

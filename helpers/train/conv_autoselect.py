@@ -42,10 +42,10 @@ def cpu_name() -> str:
 def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threads=1) -> float:
     """Seconds per training step (median of ``repeats`` after a compile/warm-up step), this process."""
     import mindspore as ms
-    from mindspore import nn
     from mindspore.device_context.cpu.op_tuning import threads_num
 
     from helpers.train.models import build_model
+    from helpers.train.recipe import plain_train_step
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -54,10 +54,7 @@ def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threa
     except RuntimeError:   # already set in this process (MindSpore allows it once)
         pass
     ms.set_seed(0)
-    net = build_model(arch, 10, width, stem, impl)
-    loss = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
-    step = nn.TrainOneStepCell(nn.WithLossCell(net, loss), nn.Momentum(net.trainable_params(), 0.01, 0.9))
-    step.set_train()
+    step = plain_train_step(build_model(arch, 10, width, stem, impl))
     rng = np.random.default_rng(0)
     x = ms.Tensor(rng.standard_normal((batch, 3, image_size, image_size)).astype(np.float32))
     y = ms.Tensor(rng.integers(0, 10, batch).astype(np.int32))

@@ -98,6 +98,14 @@ def build_train_step(cfg, net, loss_fn, opt):
     return step
 
 
+def plain_train_step(net, lr: float = 0.01):
+    """``build_train_step`` for a measurement: fp32, sparse cross entropy, momentum 0.9, no weight decay."""
+    from helpers.core.config import JobConfig
+
+    cfg = JobConfig(lr=lr, momentum=0.9, weight_decay=0.0, amp_level="O0")
+    return build_train_step(cfg, net, build_loss(cfg), build_optimizer(cfg, net.trainable_params()))
+
+
 def cpu_loss_scale_cell():
     """``nn.TrainOneStepWithLossScaleCell`` whose overflow check runs on CPU: ``ops.isfinite`` on every gradient
     (summed over ranks), where the stock cell uses GPU/Ascend status kernels (``FloatStatus``/``NPUGetFloatStatusV2``)

@@ -4,7 +4,7 @@ import copy
 
 import pytest
 
-from helpers.core import memory_planner as memory
+from helpers.topics import memory_scenarios as scenarios
 from helpers.conclusions import as_records, ch02, failed
 
 
@@ -29,10 +29,10 @@ def base_record():
         "conv_kernels": {"backward_data": "jit_uni_ncsp:conv+ref:any", "backward_weights": "x64:gemm:jit",
                          "forward_training": "jit_uni_ncsp:conv+ref:any"},
         "ncsp_copy_mib_per_image": 2 * 0.6211,
-        "published": memory.compare_published("fp32"),
+        "published": scenarios.compare_published("fp32"),
         "blog_planner_gib": 11.54, "blog_activation_gib": 10.48, "blog_fits_40gb": True,
-        "blog_scenarios": memory.keep_scenarios(target_gib=35.0),
-        "blog_scenarios_28": memory.keep_scenarios(target_gib=28.0),
+        "blog_scenarios": scenarios.keep_scenarios(target_gib=35.0),
+        "blog_scenarios_28": scenarios.keep_scenarios(target_gib=28.0),
         "allocator_max_allocated_mb": 0.0,
         "model_has_gradient_accumulation_steps": False,
         "model_error": "TypeError: The key 'gradient_accumulation_steps' ... is not supported",
@@ -146,7 +146,7 @@ def test_composite_passes():
 def test_blog_claim_both_ways(base_record):
     c = by_id(base_record)["blog_35gb"]
     assert c.holds and "11.5 GiB" in c.text and "fits in 40 GB" in c.text
-    plan = memory.keep_scenarios(target_gib=35.0)[0]["batch_over_target"]
+    plan = scenarios.keep_scenarios(target_gib=35.0)[0]["batch_over_target"]
     assert f"from batch {plan} on the planner's count" in c.text
     c = changed(base_record, blog_fits_40gb=False, blog_planner_gib=41.0)["blog_35gb"]
     assert c.holds is False and "does not fit in 40 GB, as the blog says" in c.text

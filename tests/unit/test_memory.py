@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from helpers.core import memory_planner as memory
+from helpers.topics import memory_scenarios as scenarios
 from helpers.core.errors import ConfigError
 from helpers.core.memory_planner import GIB, estimate, layer_walk, plan_accumulation
 
@@ -74,7 +75,7 @@ def test_stage_output_shapes_match_a_forward_pass(arch, width, stem, size):
             shapes[name] = tuple(x.shape[1:])
     finally:
         ms.set_context(mode=mode)
-    rows = memory.layer_table(arch, 1, size, by="stage", num_classes=10, width=width, stem=stem)
+    rows = scenarios.layer_table(arch, 1, size, by="stage", num_classes=10, width=width, stem=stem)
     planned = {r["name"]: r["out_shape"] for r in rows}
     for name, shape in shapes.items():
         assert planned[name] == shape, name
@@ -90,7 +91,7 @@ def test_one_conv_bn_relu_layer_by_hand():
     assert rows["stem.bn"].params == 2 * 16 and rows["stem.bn"].buffers == 2 * 16
     assert rows["stem.relu"].saved_elements == 16 * 32 * 32          # ReLU output
     # for a batch of 8 in fp32: (3*32*32 + 2 * 16*32*32) * 4 bytes * 8 images = 1,146,880 bytes
-    stem = memory.layer_table("resnet18", 8, 32, by="block", num_classes=10, width=0.25, stem="small")[0]
+    stem = scenarios.layer_table("resnet18", 8, 32, by="block", num_classes=10, width=0.25, stem="small")[0]
     assert stem["name"] == "stem"
     assert stem["saved_mib"] * 2 ** 20 == (3 * 32 * 32 + 2 * 16 * 32 * 32) * 4 * 8 == 1_146_880
 
@@ -203,7 +204,7 @@ def test_classifier_param_bytes():
 
 
 def test_agrees_with_published_figures():
-    rows = memory.compare_published("all")
+    rows = scenarios.compare_published("all")
     for r in rows:
         if r["kind"] == "batch_fits":        # NVIDIA's recipe batch runs on that card: the planner agrees
             assert r["planner"] <= r["published"], r
@@ -229,22 +230,22 @@ def test_onednn_ncsp_copies_by_hand():
     assert (rows["layer2.0.down.conv"].kernel, rows["layer2.0.down.conv"].stride) == (1, 2)   # strided 1x1: copies
     convs = [r for r in rows.values() if r.kind == "conv"]
     per_pass = sum(r.in_elements + r.out_shape[0] * r.out_shape[1] * r.out_shape[2] for r in convs)
-    one = memory.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small")
+    one = scenarios.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small")
     assert one == per_pass * 4
     # the stem alone: 3x32x32 in, 16x32x32 out
     assert rows["stem.conv"].in_elements + 16 * 32 * 32 == 19 * 1024
-    assert memory.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small", composite_passes=2) == 2 * one
-    assert memory.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small", composite_passes=0) == 0
+    assert scenarios.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small", composite_passes=2) == 2 * one
+    assert scenarios.onednn_ncsp_copy_bytes_per_image("resnet18", 32, 10, 0.25, "small", composite_passes=0) == 0
     # ResNet-50: its 1x1 stride-1 convolutions run as a matmul without copies
     r50 = layer_walk("resnet50", 64)
     gemm = [r for r in r50 if r.kind == "conv" and r.kernel == 1 and r.stride == 1]
-    assert gemm and memory.onednn_ncsp_copy_bytes_per_image("resnet50", 64) == 4 * sum(
+    assert gemm and scenarios.onednn_ncsp_copy_bytes_per_image("resnet50", 64) == 4 * sum(
         r.in_elements + r.out_shape[0] * r.out_shape[1] * r.out_shape[2]
         for r in r50 if r.kind == "conv" and r not in gemm)
 
 
 def test_keep_scenarios_settle_the_35_gb_claim():
-    rows = {s["account"]: s for s in memory.keep_scenarios("resnet152", 224, 64, target_gib=35.0)}
+    rows = {s["account"]: s for s in scenarios.keep_scenarios("resnet152", 224, 64, target_gib=35.0)}
     plan = rows["planner (what backward must keep)"]
     assert plan["gib_at_batch"] == pytest.approx(estimate("resnet152", 64, 224).total_gib)
     assert 11 < plan["gib_at_batch"] < 12 and plan["gib_at_batch"] < 35
@@ -257,4 +258,4 @@ def test_keep_scenarios_settle_the_35_gb_claim():
     assert bn["gib_at_batch"] == pytest.approx(mx["gib_at_batch"], rel=0.05), "BN outputs kept: MXNet's measured slope"
     assert rows["planner + no reuse of backward workspaces"]["gib_at_batch"] > 35
     assert all(r["gib_at_double_batch"] > r["gib_at_batch"] for r in rows.values())
-    assert memory.keep_scenarios(target_gib=28.0)[0]["batch_over_target"] < over
+    assert scenarios.keep_scenarios(target_gib=28.0)[0]["batch_over_target"] < over

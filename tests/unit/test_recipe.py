@@ -49,7 +49,8 @@ def test_worker_loop_runs_a_dynamic_loss_scale_step(tmp_path):
     from mindspore import nn
 
     from helpers.train.recipe import build_loss, build_optimizer, build_train_step
-    from helpers.train.worker import _loop, _NoProfiler
+    from helpers.train.profiler_session import NoProfiler
+    from helpers.train.worker import _loop
 
     ms.set_context(mode=ms.GRAPH_MODE)
     ms.set_device("CPU")
@@ -63,7 +64,7 @@ def test_worker_loop_runs_a_dynamic_loss_scale_step(tmp_path):
     y = ms.Tensor(np.arange(8) % 3, ms.int32)
     batches = iter([(x, y)] * 3)
     out = MetricsWriter(tmp_path, 0)
-    times = _loop(cfg, 0, step, batches, 3, out, _NoProfiler())
+    times = _loop(cfg, 0, step, batches, 3, out, NoProfiler())
     out.close()
     recs = [r for r in read_records(metrics_path(tmp_path, 0)) if r["event"] == "step"]
     assert len(times) == 3 and all(np.isfinite(r["loss"]) for r in recs)
@@ -93,3 +94,20 @@ def test_cpu_overflow_check_skips_the_step_and_halves_the_scale():
     np.testing.assert_array_equal(dense.weight.asnumpy(), before)       # the overflowing step was skipped
     _, extra = step_loss(step(ms.Tensor(np.ones((8, 4), np.float32)), y))
     assert extra == {"overflow": False, "loss_scale": 2.0**9}
+
+
+def test_plain_train_step_is_the_recipe_builder_in_fp32_without_decay():
+    import mindspore as ms
+    from mindspore import nn
+
+    from helpers.train.recipe import plain_train_step
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    step = plain_train_step(nn.Dense(4, 3), lr=0.02)
+    assert type(step) is nn.TrainOneStepCell
+    assert isinstance(step.network, nn.WithLossCell) and isinstance(step.optimizer, nn.Momentum)
+    assert float(step.optimizer.get_lr().asnumpy()) == pytest.approx(0.02)
+    assert not step.optimizer.is_group_lr and float(step.optimizer.momentum.asnumpy()) == pytest.approx(0.9)
+    loss = step(ms.Tensor(np.ones((8, 4), np.float32)), ms.Tensor(np.arange(8) % 3, ms.int32))
+    assert np.isfinite(loss.asnumpy())
