@@ -57,7 +57,7 @@ def _capped(field: str, head: str, problems: list[str]) -> list[str]:
 
 def _num_classes(cfg, problems: list[str]) -> int | None:
     """The classifier's rows, as the worker counts them; None when the data is not there (yet)."""
-    from helpers.topics.hybrid import _num_classes as classes_of
+    from helpers.train.hybrid_classifier import num_classes_of as classes_of
 
     try:
         return classes_of(cfg)
@@ -70,8 +70,8 @@ def _num_classes(cfg, problems: list[str]) -> int | None:
 
 def _strategy_problems(cfg, shapes: dict) -> tuple[list[str], object]:
     """Lines about ``cfg.strategy_file`` and the classifier ``Layout`` it gives (None when it gives none)."""
-    from helpers.topics.hybrid import CLASSIFIER, classifier_layout
-    from helpers.topics.strategy import _json_tensor_shapes, read_strategy, validate_strategy
+    from helpers.train.hybrid_classifier import CLASSIFIER, classifier_layout
+    from helpers.train.strategy_file import json_tensor_shapes, read_strategy, validate_strategy
 
     path = resolve(cfg.strategy_file)
     if not path.is_file():
@@ -79,7 +79,7 @@ def _strategy_problems(cfg, shapes: dict) -> tuple[list[str], object]:
     try:
         strategy = read_strategy(path)
     except DataError as e:
-        return [f"strategy_file: not a strategy file helpers.topics.strategy.read_strategy can read: {e}"], None
+        return [f"strategy_file: not a strategy file helpers.train.strategy_file.read_strategy can read: {e}"], None
     problems, layout = [], None
     # unknown class count: world_size rows, which every split over the job's ranks divides
     probe = {n: tuple(cfg.world_size if d is None else d for d in s) for n, s in shapes.items()}
@@ -92,7 +92,7 @@ def _strategy_problems(cfg, shapes: dict) -> tuple[list[str], object]:
         problems = [p for p in problems if not p.startswith("unknown parameter")]
         problems.insert(0, f"{len(unknown)} of its {len(strategy)} parameters are not in this job's model, "
                            f"e.g. {unknown[:3]} (written for another arch?)")
-    for name, shape in _json_tensor_shapes(path).items():
+    for name, shape in json_tensor_shapes(path).items():
         if name in shapes and not _fits(shapes[name], shape):
             problems.append(f"parameter {name!r}: the file records shape {tuple(shape)}, "
                             f"this job's model has {_shown(shapes[name])}")
@@ -166,7 +166,7 @@ def _checkpoint_problems(cfg, shapes: dict, layout) -> list[str]:
 
 def check_job_inputs(cfg) -> None:
     """Raise one ``ConfigError`` listing every problem with the files ``cfg`` names: a missing path, a strategy
-    file ``helpers.topics.strategy`` cannot read or written for another model or world size, an ``init_checkpoint``
+    file ``helpers.train.strategy_file`` cannot read or written for another model or world size, an ``init_checkpoint``
     without a checkpoint per rank or cut for another model or layout. Relative paths are taken from the
     course home (``helpers.core.paths.resolve``). Builds no model; reads checkpoints with MindSpore."""
     cfg = cfg.validate()

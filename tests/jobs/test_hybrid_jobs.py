@@ -1,15 +1,15 @@
-"""Real 8-rank hybrid jobs (CPU path of helpers.topics.hybrid): equal to a single-process reference, and their
+"""Real 8-rank hybrid jobs (CPU path of helpers.train.hybrid_step): equal to a single-process reference, and their
 per-rank checkpoints merged with MindSpore's transform_checkpoints, re-split for another layout, resumed.
 
-The reference (``helpers.topics.hybrid.reference_train``) is one process training the full network on the same global
-batch with BatchNorm run on each rank's micro-batch separately: that is what data parallel computes (every
+The reference (``helpers.topics.hybrid_reference.reference_train``) is one process training the full network on
+the same global batch with BatchNorm run on each rank's micro-batch separately: that is what data parallel computes (every
 rank normalises with its own batch statistics), so the two must agree to float rounding. A reference with BN
 over the whole global batch would differ by ~1e-2 for a reason that has nothing to do with the split.
 
 The reference follows the run (each step starts from the hybrid run's own weights, traced by the workers) and
 one update is compared at a time: two free-running trajectories of this network part by 1e-5..1e-2 within a
 few steps even between two correct single-process implementations (its gradient jumps at ReLU kinks; see
-``helpers.topics.hybrid``), so a free-running comparison only holds for the first step.
+``helpers.topics.hybrid_reference``), so a free-running comparison only holds for the first step.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from helpers.topics.hybrid import hybrid_config, run_reference, trainable_diff, write_layout_strategy
 from helpers.job.launch import run_job
-from helpers.topics.strategy import (Layout, checkpoint_arrays, merge_rank_checkpoints, merge_shards, read_strategy,
-                              resplit_checkpoint)
+from helpers.topics.hybrid import hybrid_config, write_layout_strategy
+from helpers.topics.hybrid_reference import run_reference, trainable_diff
+from helpers.topics.strategy import checkpoint_arrays, merge_rank_checkpoints, resplit_checkpoint
+from helpers.train.strategy_file import read_strategy
+from helpers.train.strategy_layout import Layout, merge_shards
 
 pytestmark = pytest.mark.jobs
 CLASSES = 12          # the 10 digit classes padded to 12, so 2 and 4 both divide them

@@ -1,15 +1,19 @@
-"""helpers.topics.hybrid without msrun: the layout read from a strategy file, the classifier cut per rank, the
-GPU/Ascend plan (SEMI_AUTO_PARALLEL cannot run on CPU, so its configuration is what is tested), checkpoints."""
+"""The hybrid modules without msrun (helpers.train.hybrid_classifier, hybrid_step; helpers.topics.hybrid,
+hybrid_reference): the layout read from a strategy file, the classifier cut per rank, the GPU/Ascend plan
+(SEMI_AUTO_PARALLEL cannot run on CPU, so its configuration is what is tested), checkpoints."""
 
 from __future__ import annotations
-
-import json
 
 import numpy as np
 import pytest
 
-from helpers.topics import hybrid as H
+from helpers.train import strategy_layout as SL
+from helpers.train import strategy_file as SF
 from helpers.topics import strategy as S
+from helpers.train import hybrid_classifier as HC
+from helpers.train import hybrid_step as HS
+from helpers.topics import hybrid as H
+from helpers.topics import hybrid_reference as HR
 from helpers.core.config import job_config
 from helpers.core.errors import ConfigError, DataError
 
@@ -23,7 +27,7 @@ def cfg():
 
 @pytest.fixture(scope="module")
 def full_net(cfg):
-    return H.build_full_net(cfg, NUM_CLASSES)
+    return HC.build_full_net(cfg, NUM_CLASSES)
 
 
 @pytest.fixture(scope="module")
@@ -31,57 +35,57 @@ def files(tmp_path_factory, full_net):
     d = tmp_path_factory.mktemp("strategies")
     out = {}
     for name in ("8x1", "4x2", "2x4"):
-        out[name] = S.save_strategy(S.build_strategy(full_net, S.Layout.parse(name)), d / f"{name}.json",
+        out[name] = SF.save_strategy(SF.build_strategy(full_net, SL.Layout.parse(name)), d / f"{name}.json",
                                     param_shapes=full_net)
     return out
 
 
 @pytest.mark.parametrize("name", ["8x1", "4x2", "2x4"])
 def test_classifier_layout_is_read_from_the_file(files, name):
-    assert H.classifier_layout(S.read_strategy(files[name]), 8) == S.Layout.parse(name)
+    assert HC.classifier_layout(SF.read_strategy(files[name]), 8) == SL.Layout.parse(name)
 
 
 def test_classifier_layout_refuses_what_the_cpu_path_cannot_build(tmp_path, full_net, files):
     with pytest.raises(ConfigError, match="world size 4"):
-        H.classifier_layout(S.read_strategy(files["4x2"]), 4)
-    no_fc = {k: v for k, v in S.read_strategy(files["4x2"]).items() if not k.startswith("fc.")}
+        HC.classifier_layout(SF.read_strategy(files["4x2"]), 4)
+    no_fc = {k: v for k, v in SF.read_strategy(files["4x2"]).items() if not k.startswith("fc.")}
     with pytest.raises(ConfigError, match="fc.weight"):
-        H.classifier_layout(no_fc, 8)
+        HC.classifier_layout(no_fc, 8)
     # split on the feature dimension (tensor map [-1, 0]) is not a class split
-    smap = S.build_strategy(full_net, S.Layout(4, 2))
+    smap = SF.build_strategy(full_net, SL.Layout(4, 2))
     for item in smap.parallel_layout_item:
         if item.param_name == "fc.weight":
             del item.parallel_layouts.tensor_map[:]
             item.parallel_layouts.tensor_map.add().dim.extend([-1, 0])
     with pytest.raises(ConfigError, match="class dimension"):
-        H.classifier_layout(S.read_strategy(S.save_strategy(smap, tmp_path / "bad.ckpt")), 8)
+        HC.classifier_layout(SF.read_strategy(SF.save_strategy(smap, tmp_path / "bad.ckpt")), 8)
 
 
 def test_cut_classifier_takes_each_ranks_rows_and_keeps_names(cfg, files):
-    strategy = S.read_strategy(files["2x4"])
-    full = H.build_full_net(cfg, NUM_CLASSES)
+    strategy = SF.read_strategy(files["2x4"])
+    full = HC.build_full_net(cfg, NUM_CLASSES)
     w, b = full.fc.weight.asnumpy(), full.fc.bias.asnumpy()
     shards = {}
     for rank in range(8):
-        net = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), strategy, rank)
-        assert (net.fc.weight.name, net.fc.bias.name) == H.CLASSIFIER
+        net = HC.cut_classifier(HC.build_full_net(cfg, NUM_CLASSES), strategy, rank)
+        assert (net.fc.weight.name, net.fc.bias.name) == HC.CLASSIFIER
         assert tuple(net.fc.weight.shape) == (NUM_CLASSES // 4, w.shape[1])
         m = rank % 4
         np.testing.assert_array_equal(net.fc.weight.asnumpy(), w[m * 4:(m + 1) * 4])
         np.testing.assert_array_equal(net.fc.bias.asnumpy(), b[m * 4:(m + 1) * 4])
         shards[rank] = net.fc.weight.asnumpy()
-    np.testing.assert_array_equal(S.merge_shards(shards, strategy["fc.weight"], replica_atol=0.0), w)
+    np.testing.assert_array_equal(SL.merge_shards(shards, strategy["fc.weight"], replica_atol=0.0), w)
 
 
 def test_same_seed_same_start_on_every_rank(cfg):
-    a, b = H.build_full_net(cfg, NUM_CLASSES), H.build_full_net(cfg, NUM_CLASSES)
+    a, b = HC.build_full_net(cfg, NUM_CLASSES), HC.build_full_net(cfg, NUM_CLASSES)
     for pa, pb in zip(a.get_parameters(), b.get_parameters()):
         np.testing.assert_array_equal(pa.asnumpy(), pb.asnumpy())
 
 
 def test_ordered_params_put_the_classifier_last(full_net):
-    back, fc = H._ordered_params(full_net)
-    assert [p.name for p in fc] == list(H.CLASSIFIER)
+    back, fc = HC.ordered_params(full_net)
+    assert [p.name for p in fc] == list(HC.CLASSIFIER)
     assert len(back) + 2 == len(full_net.trainable_params())
 
 
@@ -94,7 +98,7 @@ def test_classifier_bytes_per_rank(files, full_net):
 
 def test_semi_auto_plan_loads_the_same_file(cfg, files):
     """The GPU/Ascend path: semi-auto parallel over 8 cards, the file loaded, classifier split 2x4."""
-    plan = H.semi_auto_plan(cfg.replace(strategy_file=str(files["2x4"]), device_target="GPU"))
+    plan = HS.semi_auto_plan(cfg.replace(strategy_file=str(files["2x4"]), device_target="GPU"))
     ctx = plan["context"]
     assert plan["layout"] == "2x4"
     assert ctx["parallel_mode"] == "semi_auto_parallel" and ctx["device_num"] == 8
@@ -102,15 +106,15 @@ def test_semi_auto_plan_loads_the_same_file(cfg, files):
     assert plan["matmul_in_strategy"] == ((2, 1), (4, 1))
     assert plan["bias_add_in_strategy"] == ((2, 4), (4,))
     with pytest.raises(ConfigError, match="strategy_file"):
-        H.semi_auto_plan(cfg)
+        HS.semi_auto_plan(cfg)
 
 
 def test_hybrid_config_sets_the_file_and_no_compile_cache(cfg, files):
-    a = H.hybrid_config(cfg, S.Layout(4, 2), files["4x2"], steps=2)
+    a = H.hybrid_config(cfg, SL.Layout(4, 2), files["4x2"], steps=2)
     assert a.strategy_file == str(files["4x2"].resolve()) and a.steps == 2
     assert a.compile_cache is False
     with pytest.raises(ConfigError, match="4 ranks"):
-        H.hybrid_config(cfg, S.Layout(2, 2), files["4x2"])
+        H.hybrid_config(cfg, SL.Layout(2, 2), files["4x2"])
 
 
 @pytest.mark.parametrize("bad", [0, -3, True, 2.5])
@@ -121,52 +125,52 @@ def test_config_refuses_bad_num_classes(bad):
 
 def test_num_classes_cannot_drop_classes(standin):
     with pytest.raises(ConfigError, match="fewer than"):
-        H._num_classes(job_config("ci", num_classes=4))
-    assert H._num_classes(job_config("ci", num_classes=12)) == 12
-    assert H._num_classes(job_config("ci")) == 10
+        HC.num_classes_of(job_config("ci", num_classes=4))
+    assert HC.num_classes_of(job_config("ci", num_classes=12)) == 12
+    assert HC.num_classes_of(job_config("ci")) == 10
 
 
 def test_rank_checkpoints_load_only_with_their_layout(tmp_path, cfg, files):
-    full = H.build_full_net(cfg, NUM_CLASSES)
+    full = HC.build_full_net(cfg, NUM_CLASSES)
     arrays = {p.name: p.asnumpy() for p in full.get_parameters()}
     S.write_rank_checkpoints(arrays, files["2x4"], tmp_path / "c24")
-    strategy = S.read_strategy(files["2x4"])
-    net = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), strategy, 6)
+    strategy = SF.read_strategy(files["2x4"])
+    net = HC.cut_classifier(HC.build_full_net(cfg, NUM_CLASSES), strategy, 6)
     net.fc.weight.set_data(net.fc.weight * 0)
-    H.load_rank_checkpoint(net, tmp_path / "c24", 6)
+    HC.load_rank_checkpoint(net, tmp_path / "c24", 6)
     np.testing.assert_array_equal(net.fc.weight.asnumpy(), arrays["fc.weight"][8:12])
-    other = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), S.read_strategy(files["4x2"]), 6)
+    other = HC.cut_classifier(HC.build_full_net(cfg, NUM_CLASSES), SF.read_strategy(files["4x2"]), 6)
     with pytest.raises(DataError, match="another layout"):
-        H.load_rank_checkpoint(other, tmp_path / "c24", 6)
+        HC.load_rank_checkpoint(other, tmp_path / "c24", 6)
     with pytest.raises(DataError, match="rank_9"):
-        H.load_rank_checkpoint(net, tmp_path / "c24", 9)
+        HC.load_rank_checkpoint(net, tmp_path / "c24", 9)
 
 
 def test_hybrid_config_trace_dir_goes_to_the_workers_env(tmp_path, cfg, files):
-    a = H.hybrid_config(cfg.replace(env={"X": "1"}), S.Layout(4, 2), files["4x2"], trace_dir=tmp_path / "t")
-    assert a.env == {"X": "1", H.TRACE_ENV: str((tmp_path / "t").resolve())}
-    assert H.TRACE_ENV not in H.hybrid_config(cfg, S.Layout(4, 2), files["4x2"]).env
+    a = H.hybrid_config(cfg.replace(env={"X": "1"}), SL.Layout(4, 2), files["4x2"], trace_dir=tmp_path / "t")
+    assert a.env == {"X": "1", HS.TRACE_ENV: str((tmp_path / "t").resolve())}
+    assert HS.TRACE_ENV not in H.hybrid_config(cfg, SL.Layout(4, 2), files["4x2"]).env
 
 
 def test_step_trace_round_trip_puts_the_classifier_back_together(tmp_path, cfg, files):
     """What every rank writes per update, read back as the full network (the reference follows it)."""
-    strategy = S.read_strategy(files["2x4"])
-    full = H.build_full_net(cfg, NUM_CLASSES)
+    strategy = SF.read_strategy(files["2x4"])
+    full = HC.build_full_net(cfg, NUM_CLASSES)
     want = {p.name: p.asnumpy() for p in full.trainable_params()}
     traces = []
     for rank in range(8):
-        net = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), strategy, rank)
-        back, fc = H._ordered_params(net)
-        traces.append(H.StepTrace(tmp_path, rank, back + fc))
+        net = HC.cut_classifier(HC.build_full_net(cfg, NUM_CLASSES), strategy, rank)
+        back, fc = HC.ordered_params(net)
+        traces.append(HS.StepTrace(tmp_path, rank, back + fc))
     for t in traces:
         t()                                   # one "update" (weights unchanged): step_1
     for step in (0, 1):
-        got = H.read_trace(tmp_path, files["2x4"], 8, step)
+        got = HR.read_trace(tmp_path, files["2x4"], 8, step)
         assert set(got) == set(want)
         for name, a in want.items():
             np.testing.assert_array_equal(got[name], a)
     with pytest.raises(DataError, match="step_2"):
-        H.read_trace(tmp_path, files["2x4"], 8, 2)
+        HR.read_trace(tmp_path, files["2x4"], 8, 2)
 
 
 def test_rank_checkpoints_are_saved_as_slices(monkeypatch, tmp_path):
@@ -175,7 +179,7 @@ def test_rank_checkpoints_are_saved_as_slices(monkeypatch, tmp_path):
     import mindspore as ms
     from mindspore import nn
 
-    from helpers.topics.hybrid import save_rank_checkpoint
+    from helpers.train.hybrid_classifier import save_rank_checkpoint
 
     seen = {}
     monkeypatch.setattr(ms, "save_checkpoint", lambda obj, path, **kw: seen.update(kw))
@@ -188,7 +192,8 @@ def test_rank_checkpoints_are_saved_as_slices(monkeypatch, tmp_path):
 def test_gpu_path_refuses_the_trace_and_a_sliced_init_checkpoint(monkeypatch, tmp_path):
     from helpers.core.config import JobConfig
     from helpers.core.errors import ConfigError
-    from helpers.topics.hybrid import TRACE_ENV, build_semi_auto_step, load_full_checkpoint
+    from helpers.train.hybrid_classifier import load_full_checkpoint
+    from helpers.train.hybrid_step import TRACE_ENV, build_semi_auto_step
 
     monkeypatch.setenv(TRACE_ENV, str(tmp_path))
     with pytest.raises(ConfigError, match="host code"):
@@ -200,11 +205,11 @@ def test_gpu_path_refuses_the_trace_and_a_sliced_init_checkpoint(monkeypatch, tm
 def test_slices_saved_by_every_rank_merge_back_to_the_full_weights(tmp_path, cfg, files):
     """What each rank of a 2x4 run writes (save_rank_checkpoint: its own slice, integrated_save=False), merged
     with MindSpore's transform_checkpoints (merge_rank_checkpoints), is the single-process network exactly."""
-    want = {p.name: p.asnumpy() for p in H.build_full_net(cfg, NUM_CLASSES).get_parameters()}
-    strategy = S.read_strategy(files["2x4"])
+    want = {p.name: p.asnumpy() for p in HC.build_full_net(cfg, NUM_CLASSES).get_parameters()}
+    strategy = SF.read_strategy(files["2x4"])
     for rank in range(8):
-        net = H.cut_classifier(H.build_full_net(cfg, NUM_CLASSES), strategy, rank)
-        info = H.save_rank_checkpoint(net, tmp_path / "run", rank)
+        net = HC.cut_classifier(HC.build_full_net(cfg, NUM_CLASSES), strategy, rank)
+        info = HC.save_rank_checkpoint(net, tmp_path / "run", rank)
         assert info["classifier_shape"] == [NUM_CLASSES // 4, int(want["fc.weight"].shape[1])]
     rank5 = S.checkpoint_arrays(tmp_path / "run" / "ckpt" / "rank_5" / "hybrid5.ckpt")
     np.testing.assert_array_equal(rank5["fc.weight"], want["fc.weight"][4:8])      # a slice, not the whole
@@ -242,7 +247,7 @@ def test_gpu_path_loads_init_checkpoint_and_trains_with_the_recipe(monkeypatch, 
     monkeypatch.setattr(recipe, "build_optimizer",
                         lambda c, params: (called.append(("opt", c, len(params))), real_opt(c, params))[1])
     try:
-        net, step = H.build_semi_auto_step(cfg, NUM_CLASSES)
+        net, step = HS.build_semi_auto_step(cfg, NUM_CLASSES)
         assert ms.get_auto_parallel_context("parallel_mode") == "semi_auto_parallel"
         assert ms.get_auto_parallel_context("strategy_ckpt_config")["load_file"] == cfg.strategy_file
     finally:
@@ -262,7 +267,7 @@ def test_gpu_path_refuses_a_checkpoint_of_another_network(tmp_path, gpu_cfg, ful
                        str(tmp_path / "other.ckpt"))
     try:
         with pytest.raises(DataError, match="'fc.weight' has shape"):
-            H.build_semi_auto_step(cfg.replace(init_checkpoint=str(tmp_path / "other.ckpt")), NUM_CLASSES)
+            HS.build_semi_auto_step(cfg.replace(init_checkpoint=str(tmp_path / "other.ckpt")), NUM_CLASSES)
     finally:
         ms.reset_auto_parallel_context()
 
@@ -270,38 +275,43 @@ def test_gpu_path_refuses_a_checkpoint_of_another_network(tmp_path, gpu_cfg, ful
 def test_reference_steps_caps_the_job_and_the_trace(tmp_path):
     """gpu8 (ResNet-50, hundreds of steps) gets a small cap; the cap never exceeds the job or its trace."""
     gpu8 = job_config("gpu8")
-    assert H.reference_steps(gpu8) == gpu8.steps > 100
-    assert H.reference_steps(gpu8, 2) == 2
-    assert H.reference_steps(gpu8.replace(steps=3), 10) == 3
+    assert HR.reference_steps(gpu8) == gpu8.steps > 100
+    assert HR.reference_steps(gpu8, 2) == 2
+    assert HR.reference_steps(gpu8.replace(steps=3), 10) == 3
     for bad in (0, -1, True, 2.5, "2"):
         with pytest.raises(ConfigError, match="steps"):
-            H.reference_steps(gpu8, bad)
+            HR.reference_steps(gpu8, bad)
     for r in range(gpu8.world_size):           # rank 3 recorded step_0..step_2, the others step_0..step_3
         (tmp_path / f"rank_{r}").mkdir()
         for k in range(3 if r == 3 else 4):
             (tmp_path / f"rank_{r}" / f"step_{k}.npz").touch()
-    assert H.traced_updates(tmp_path, gpu8.world_size) == 2
-    assert H.reference_steps(gpu8, 5, follow=tmp_path) == 2
-    assert H.reference_steps(gpu8, 1, follow=tmp_path) == 1
+    assert HR.traced_updates(tmp_path, gpu8.world_size) == 2
+    assert HR.reference_steps(gpu8, 5, follow=tmp_path) == 2
+    assert HR.reference_steps(gpu8, 1, follow=tmp_path) == 1
     with pytest.raises(DataError, match="no update recorded"):
-        H.reference_steps(gpu8, 2, follow=tmp_path / "missing")
+        HR.reference_steps(gpu8, 2, follow=tmp_path / "missing")
 
 
-def test_reference_command_line_carries_the_cap(monkeypatch, tmp_path):
-    cmd = H.reference_command(tmp_path, tmp_path / "r.npz", follow=tmp_path / "t", steps=2)
-    assert cmd[-6:] == ["reference", str(tmp_path), str(tmp_path / "r.npz"), str(tmp_path / "t"),
-                        "--steps", "2"]
-    assert "--steps" not in H.reference_command(tmp_path, tmp_path / "r.npz")
+def test_run_reference_calls_the_reference_in_a_fresh_interpreter(monkeypatch, tmp_path):
     seen = {}
 
-    def fake_reference_train(run_dir, out_path, steps=None, follow=None):
-        seen.update(run_dir=run_dir, steps=steps, follow=follow)
-        return {"losses": [[1.0]] * 2, "params": {}, "steps": 2}
+    def fake_call_fresh(target, *args, timeout_s=None):
+        seen.update(target=target, args=args)
+        np.savez(args[1], w=np.ones(2, np.float32))
+        return {"losses": [[1.0]] * 2, "steps": 2}
 
-    monkeypatch.setattr(H, "reference_train", fake_reference_train)
-    assert H._main(cmd[cmd.index("reference"):]) == 0
-    assert seen == {"run_dir": str(tmp_path), "steps": 2, "follow": str(tmp_path / "t")}
-    assert json.loads((tmp_path / "reference_follow_losses.json").read_text())["steps"] == 2
+    monkeypatch.setattr(HR, "call_fresh", fake_call_fresh)
+    res = HR.run_reference(tmp_path, follow=tmp_path / "t")
+    assert seen["target"] == "helpers.topics.hybrid_reference:reference_to_npz"
+    assert seen["args"] == (str(tmp_path.resolve()), str(tmp_path.resolve() / "reference_follow.npz"), None,
+                            str((tmp_path / "t").resolve()))
+    assert res["steps"] == 2 and res["params"]["w"].tolist() == [1.0, 1.0]
+
+
+def test_reference_to_npz_returns_what_json_carries(monkeypatch, tmp_path):
+    monkeypatch.setattr(HR, "reference_train", lambda run_dir, out_path, steps=None, follow=None:
+                        {"losses": [[1.0]], "params": {"w": np.ones(1)}, "steps": steps})
+    assert HR.reference_to_npz(str(tmp_path), str(tmp_path / "r.npz"), 1) == {"losses": [[1.0]], "steps": 1}
 
 
 # ------------------------------------------------------------------ the out-of-memory experiment's sizing
@@ -309,15 +319,15 @@ def test_reference_command_line_carries_the_cap(monkeypatch, tmp_path):
 
 def test_classifier_saving_is_the_bytes_a_split_rank_no_longer_holds():
     # 400,000 classes x (64 features + bias) x 4 bytes = 104,000,000 bytes under data parallel; half of it on mp=2
-    assert H.classifier_saving_mb(64, 400_000, S.Layout(4, 2)) == pytest.approx(52_000_000 / 2**20)
-    assert H.classifier_saving_mb(64, 400_000, S.Layout(2, 4)) == pytest.approx(78_000_000 / 2**20)
-    assert H.classifier_saving_mb(64, 400_000, S.Layout(8, 1)) == 0
+    assert H.classifier_saving_mb(64, 400_000, SL.Layout(4, 2)) == pytest.approx(52_000_000 / 2**20)
+    assert H.classifier_saving_mb(64, 400_000, SL.Layout(2, 4)) == pytest.approx(78_000_000 / 2**20)
+    assert H.classifier_saving_mb(64, 400_000, SL.Layout(8, 1)) == 0
 
 
 def test_cap_sits_between_the_measured_peaks():
     # measured (ci model, 400,000 classes, 8 ranks, one step): 8x1 peaked at 3326 MB, 4x2 at 3215 MB; under
     # 3290 MB 8x1 failed with an out-of-memory error and 4x2 trained
-    saving = H.classifier_saving_mb(64, 400_000, S.Layout(4, 2))
+    saving = H.classifier_saving_mb(64, 400_000, SL.Layout(4, 2))
     cap = H.cap_between(3326.25, saving)
     assert cap == 3289
     assert 3326.25 - cap > 30 and cap - 3215.3 > saving        # room on both sides of the cap
@@ -327,9 +337,9 @@ def test_cap_sits_between_the_measured_peaks():
 
 def test_classifier_oom_refuses_layouts_that_compare_nothing(cfg, tmp_path):
     with pytest.raises(ConfigError, match="mp = 1"):
-        H.classifier_oom(cfg, S.Layout(4, 2), S.Layout(4, 2), 400_000, tmp_path)
+        H.classifier_oom(cfg, SL.Layout(4, 2), SL.Layout(4, 2), 400_000, tmp_path)
     with pytest.raises(ConfigError, match="mp > 1"):
-        H.classifier_oom(cfg, S.Layout(8, 1), S.Layout(8, 1), 400_000, tmp_path)
+        H.classifier_oom(cfg, SL.Layout(8, 1), SL.Layout(8, 1), 400_000, tmp_path)
 
 
 def test_a_failed_pool_allocation_is_an_oom_record():

@@ -7,6 +7,8 @@ import dataclasses
 import numpy as np
 import pytest
 
+from helpers.train import strategy_layout as SL
+from helpers.train import strategy_file as SF
 from helpers.topics import strategy as S
 from helpers.core.config import job_config
 from helpers.core.errors import ConfigError
@@ -26,7 +28,7 @@ def shapes_for(cfg, **changes):
 
 
 def write_strategy(path, shapes, layout):
-    return S.save_strategy(S.build_strategy(shapes, S.Layout.parse(layout)), path,
+    return SF.save_strategy(SF.build_strategy(shapes, SL.Layout.parse(layout)), path,
                            param_shapes=shapes if str(path).endswith(".json") else None)
 
 
@@ -57,7 +59,7 @@ def test_shapes_on_paper_are_the_models_shapes(arch, stem, width):
     from helpers.train.models import build_model
 
     net = build_model(arch, 7, width, stem, "im2col")
-    assert model_param_shapes(arch, 7, width, stem) == S.shapes_of(net)
+    assert model_param_shapes(arch, 7, width, stem) == SF.shapes_of(net)
 
 
 def test_a_job_without_files_is_not_checked(cfg):
@@ -87,7 +89,7 @@ def test_an_unreadable_strategy_file_is_named(cfg, tmp_path):
     junk = tmp_path / "junk.ckpt"
     junk.write_bytes(b"\x00not a strategy")
     text = problems_of(cfg.replace(strategy_file=str(junk)))
-    assert text.startswith("strategy_file: not a strategy file helpers.topics.strategy.read_strategy can read")
+    assert text.startswith("strategy_file: not a strategy file helpers.train.strategy_file.read_strategy can read")
     assert str(junk) in text
 
 
@@ -119,7 +121,7 @@ def test_a_strategy_file_of_another_world_size_is_refused(cfg, files):
 
 def test_a_strategy_file_without_the_classifier_is_refused(cfg, tmp_path):
     shapes = {n: s for n, s in shapes_for(cfg).items() if not n.startswith("fc.")}
-    path = S.save_strategy(S.build_strategy(shapes, S.Layout(8, 1), split=("stem",)), tmp_path / "nofc.pb")
+    path = SF.save_strategy(SF.build_strategy(shapes, SL.Layout(8, 1), split=("stem",)), tmp_path / "nofc.pb")
     text = problems_of(cfg.replace(strategy_file=str(path)))
     assert "strategy has no layout for ['fc.weight', 'fc.bias']" in text
 
