@@ -80,15 +80,15 @@ class JobConfig:
     micro_batch: int | None = None            # per-rank micro-batch; None: the whole per-rank batch (no accumulation)
     accumulation_steps: int = 1               # micro-steps per optimizer step (helpers.train.grad_accumulation)
     mem_cap_mb: int | None = None             # per-rank memory cap: address space on CPU, max_size of the device pool on GPU/Ascend
-    profile: bool = False                     # mindspore.profiler on every rank (helpers.train.worker.profiling_session)
+    profile: bool = False                     # mindspore.profiler on every rank (helpers.train.profiler_session)
     profile_skip_steps: int = 1               # steps not profiled first (graph compilation)
     amp_level: str = "O0"                     # mindspore.amp level O0..O3 (helpers.train.recipe.build_train_step)
     loss_scale: str = "fixed"                 # AMP O2/O3: "fixed" (128, never skips a step) or "dynamic" (skips overflows)
     grad_reduce: bool = True                  # False: no gradient AllReduce (STAND_ALONE; ranks drift apart)
     cell_comm_fusion: bool = False            # Cell.set_comm_fusion(i) per top-level cell, as the blog does
-    strategy_file: str | None = None          # chapter 03: hybrid parallel driven by this strategy file (helpers.topics.hybrid)
+    strategy_file: str | None = None          # chapter 03: hybrid parallel driven by this strategy file (helpers.train.hybrid_step)
     num_classes: int | None = None            # classifier size; None: the class folders; more pads with image-less classes
-    init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.topics.hybrid.load_rank_checkpoint)
+    init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.train.hybrid_classifier.load_rank_checkpoint)
     rehearsal: bool = False                   # a gpu8 preset scaled down to run on CPU (helpers.core.rehearsal)
     # runtime
     threads_per_rank: int = 1

@@ -31,9 +31,9 @@ STAND_INS = (
     ("device memory pool cap (runtime.set_memory(max_size=...))", "address-space cap (RLIMIT_AS) per rank",
      "helpers.train.worker._setup_runtime / apply_cpu_memory_cap"),
     ("SEMI_AUTO_PARALLEL + shard() + strategy file", "explicit collectives over create_group sub-groups, same strategy file",
-     "helpers.topics.hybrid.build_hybrid_step"),
+     "helpers.train.hybrid_step.build_hybrid_step"),
     ("GPU/NPU profiler rows (kernels on the device timeline)", "CPU profiler rows of the same trace_view.json",
-     "helpers.topics.profiling.profiler_activities"),
+     "helpers.train.profiler_session.profiler_activities"),
 )
 
 

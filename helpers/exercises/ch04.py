@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.exercises.common import _checker, _int, _kind, _say
+from helpers.exercises.common import checker, as_int, kind_of, say
 
 EX04_GRAD_KB = [64, 64, 256, 256, 512, 512, 1024, 1024, 2048, 2048]   # gradient tensors, in order
 EX04_BUCKET_KB = 1024                                                 # a bucket closes at >= 1 MB
@@ -26,20 +26,20 @@ def _capped_buckets(sizes_kb, cap_kb) -> int:
     return count
 
 
-@_checker
+@checker
 def check_04_allreduce_calls(answer) -> bool:
     """AllReduce calls per step for ``EX04_GRAD_KB`` cut into buckets that close at >= ``EX04_BUCKET_KB``."""
     if answer is None:
-        return _say(None, "set answer = the number of AllReduce calls per step after fusion")
-    got = _int(answer)
+        return say(None, "set answer = the number of AllReduce calls per step after fusion")
+    got = as_int(answer)
     if got is None:
-        return _say(False, f"the exercise asks for a whole number (int), got {_kind(answer)}")
-    from helpers.topics.profiling import fusion_split_indices
+        return say(False, f"the exercise asks for a whole number (int), got {kind_of(answer)}")
+    from helpers.topics.comm_fusion import fusion_split_indices
 
     split = fusion_split_indices([kb * 1024 for kb in EX04_GRAD_KB], EX04_BUCKET_KB * 1024)
     want = len(split) + 1
     if got == want:
-        return _say(True, f"{want} calls: split points {split} (the 'index' fusion config); without fusion it "
+        return say(True, f"{want} calls: split points {split} (the 'index' fusion config); without fusion it "
                           f"would be {len(EX04_GRAD_KB)}")
     hints = {
         len(EX04_GRAD_KB): f"{got} is one call per tensor, i.e. no fusion; with {EX04_BUCKET_KB} KB "
@@ -49,14 +49,16 @@ def check_04_allreduce_calls(answer) -> bool:
         _capped_buckets(EX04_GRAD_KB, EX04_BUCKET_KB): f"{got} closes a bucket before it would exceed "
         f"{EX04_BUCKET_KB} KB; the rule closes it once it holds at least {EX04_BUCKET_KB} KB",
     }
-    return _say(False, hints.get(got, f"walk the tensors in order, closing a bucket once it holds >= "
+    return say(False, hints.get(got, f"walk the tensors in order, closing a bucket once it holds >= "
                                       f"{EX04_BUCKET_KB} KB: the split points are {split}, so {want} calls, "
                                       f"not {got}"))
 
 
 def ex04_job_profile():
     """``EX04_PROFILE`` as a ``helpers.topics.profiling.JobProfile`` (one profiled step per rank)."""
-    from helpers.topics.profiling import JobProfile, RankProfile, StepBreakdown
+    from helpers.topics.kernel_trace import StepBreakdown
+    from helpers.topics.profiling import JobProfile
+    from helpers.topics.rank_profile import RankProfile
 
     ranks, step_s = {}, []
     for rank, step, comm in EX04_PROFILE:
@@ -90,23 +92,23 @@ def _comm_share_hint(got: float, jp) -> str:
     return f"per rank, comm / step = {listed}; their mean is {want:.3f} ({want:.1%}), not {got:.3f}"
 
 
-@_checker
+@checker
 def check_04_comm_share(answer) -> bool:
     """The job's communication share (mean over ranks of comm / step) from ``EX04_PROFILE``: a fraction to 3
     decimals (0.611) or a percentage to 0.1 (61.1), within ``EX04_SHARE_TOL`` of the mean of per-rank shares."""
     if answer is None:
-        return _say(None, "set answer = the communication share, a fraction to 3 decimals (0.123) or a "
+        return say(None, "set answer = the communication share, a fraction to 3 decimals (0.123) or a "
                           "percentage to 0.1 (12.3)")
     if isinstance(answer, (bool, np.bool_)) or not isinstance(answer, (int, float, np.integer, np.floating)):
-        return _say(False, f"the exercise asks for a number, got {_kind(answer)}")
+        return say(False, f"the exercise asks for a number, got {kind_of(answer)}")
     got = float(answer)
     if not np.isfinite(got) or not 0.0 <= got <= 100.0:
-        return _say(False, f"a share lies between 0 and 1 (or 0 and 100 %), got {answer!r}")
+        return say(False, f"a share lies between 0 and 1 (or 0 and 100 %), got {answer!r}")
     got = got / 100.0 if got > 1.0 else got
     jp = ex04_job_profile()
     if abs(got - jp.comm_share) <= EX04_SHARE_TOL:
-        return _say(True, f"{jp.comm_share:.1%}: the mean of the ranks' shares "
+        return say(True, f"{jp.comm_share:.1%}: the mean of the ranks' shares "
                           f"{', '.join(f'{s:.1%}' for s in jp.comm_share_per_rank)} (what JobProfile.comm_share "
                           f"reports); pooling the times would give "
                           f"{float(jp.comm_s.sum() / jp.step_s.sum()):.2%}")
-    return _say(False, _comm_share_hint(got, jp))
+    return say(False, _comm_share_hint(got, jp))

@@ -22,6 +22,7 @@ import numpy as np
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind
 from helpers.core.metrics import MetricsWriter
+from helpers.train.profiler_session import profiling_session
 
 @contextmanager
 def recording_failures(out: MetricsWriter):
@@ -84,36 +85,6 @@ def memory_now_mb() -> dict:
 
     info = psutil.Process().memory_info()
     return {"rss_mb": info.rss / 2**20, "vms_mb": info.vms / 2**20, "rss_peak_mb": peak_rss_mb()}
-
-
-class _NoProfiler:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-    def step(self):
-        pass
-
-
-def profiling_session(cfg: JobConfig, run_dir: Path):
-    """``mindspore.profiler.profile`` on this rank when ``cfg.profile``, else a no-op with ``step()``.
-
-    The schedule skips ``profile_skip_steps`` (graph compilation) and profiles the remaining steps; each
-    rank writes under ``<run_dir>/profile/`` (on CPU: ``trace_view.json`` plus the CPU op tables).
-    """
-    if not cfg.profile:
-        return _NoProfiler()
-    from mindspore.profiler import profile, schedule, tensorboard_trace_handler
-
-    from helpers.topics.profiling import profiler_activities
-
-    activities = profiler_activities(cfg.device_target)
-    active = cfg.steps - cfg.profile_skip_steps
-    return profile(activities=activities, schedule=schedule(wait=0, warmup=0, active=active, repeat=1,
-                                                            skip_first=cfg.profile_skip_steps),
-                   on_trace_ready=tensorboard_trace_handler(str(run_dir / "profile")))
 
 
 def _build_train_step(cfg: JobConfig, num_classes: int):
@@ -196,10 +167,11 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     ds.config.set_seed(cfg.seed)   # same shuffle on every rank, so the shards stay disjoint
     num_classes = len(scan_split(cfg.data_dir, "train").classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
-    if cfg.strategy_file:   # chapter 03: hybrid parallel per the strategy file (classifier split, see helpers.topics.hybrid)
-        from helpers.topics.hybrid import _num_classes, build_hybrid_step
+    if cfg.strategy_file:   # chapter 03: hybrid parallel per the strategy file (classifier split, see helpers.train.hybrid_step)
+        from helpers.train.hybrid_classifier import num_classes_of
+        from helpers.train.hybrid_step import build_hybrid_step
 
-        num_classes = _num_classes(cfg)
+        num_classes = num_classes_of(cfg)
         net, step = build_hybrid_step(cfg, num_classes, rank, world)
     else:
         net, step = _build_train_step(cfg, num_classes)
@@ -223,7 +195,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
                    checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
                    conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
     if cfg.strategy_file:   # per-rank checkpoints under <run_dir>/ckpt/rank_<r>/ (merged by helpers.topics.strategy)
-        from helpers.topics.hybrid import save_rank_checkpoint
+        from helpers.train.hybrid_classifier import save_rank_checkpoint
 
         summary.update(save_rank_checkpoint(net, run_dir, rank))
     return summary

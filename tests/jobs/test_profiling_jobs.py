@@ -1,4 +1,4 @@
-"""helpers.topics.profiling on REAL profiler output: small profiled msrun jobs (2 ranks), parsed and merged.
+"""helpers.topics profiling modules on REAL profiler output: small profiled msrun jobs (2 ranks), parsed and merged.
 
 Three jobs, shared by the tests of this module (each costs 30-90 s on 2 cores):
 - ``unfused``: ``comm_fusion={}`` (MindSpore's default: one AllReduce per gradient tensor);
@@ -11,7 +11,12 @@ import json
 import numpy as np
 import pytest
 
+from helpers.topics import comm_fusion as F
+from helpers.topics import kernel_trace as K
+from helpers.topics import merged_trace as M
+from helpers.topics import profile_plots as plots
 from helpers.topics import profiling as P
+from helpers.topics import rank_profile as R
 from helpers.core.config import FUSE_ALL, job_config
 from helpers.job.launch import run_job
 from helpers.train.models import build_model, count_parameters
@@ -28,7 +33,7 @@ def jobs(standin, tmp_path_factory):
                       profile=True, profile_skip_steps=SKIP)
     variants = {"unfused": dict(comm_fusion={}), "fused": dict(comm_fusion=FUSE_ALL),
                 "o3_alone": dict(comm_fusion={}, amp_level="O3", grad_reduce=False)}
-    return {k: run_job(P.isolate_compile_cache(base.replace(name=k, **v)), progress="text", run_root=root)
+    return {k: run_job(F.isolate_compile_cache(base.replace(name=k, **v)), progress="text", run_root=root)
             for k, v in variants.items()}
 
 
@@ -44,15 +49,15 @@ def ci_gradient_tensors(cfg):
 
 def test_what_mindspore_writes_on_cpu(jobs):
     run_dir = jobs["unfused"].run_dir
-    found = P.rank_dirs(run_dir / "profile")
+    found = R.rank_dirs(run_dir / "profile")
     assert sorted(found) == [0, 1]
     for rank, d in found.items():
         assert (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").exists()
         for name in (f"cpu_framework_{rank}.txt", f"cpu_op_execute_timestamp_{rank}.txt",
                      f"cpu_op_type_info_{rank}.csv"):
             assert (d / "FRAMEWORK" / name).exists(), name
-        trace = P.read_trace(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
-        assert "CPU OP" in P.process_names(trace).values()
+        trace = R.read_trace(d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json")
+        assert "CPU OP" in K.process_names(trace).values()
 
 
 def test_parser_on_real_output(jobs, profiles):
@@ -90,7 +95,7 @@ def test_no_gradient_reduction_and_o3_casts_without_fusing_kernels(jobs, profile
 
 
 def test_merged_trace_has_one_process_per_rank(jobs, profiles):
-    path = P.write_merged_trace(jobs["unfused"])
+    path = M.write_merged_trace(jobs["unfused"])
     assert path == jobs["unfused"].run_dir / "merged_trace.json"
     merged = json.loads(path.read_text())
     ev = merged["traceEvents"]
@@ -102,12 +107,14 @@ def test_merged_trace_has_one_process_per_rank(jobs, profiles):
     assert min(e["ts"] for e in ev if e["ph"] == "X") == pytest.approx(0.0)
     steps = [e for e in ev if e.get("cat") == "step"]
     assert sorted({e["name"] for e in steps}) == [f"step {k}" for k in range(SKIP, STEPS)]
-    # the metrics' step spans and the profiler's kernels share one clock: kernels sit inside their step
+    # the metrics' step spans and the profiler's kernels share one clock: kernels sit inside their step. A span
+    # begins at the record's ``time`` minus ``step_s``, and ``time`` is taken after the step's bookkeeping (memory,
+    # class counts), which on a loaded 2-core machine takes milliseconds: the span may begin up to 50 ms late.
     for rank in (0, 1):
         span = [e for e in steps if e["pid"] == rank and e["name"] == f"step {SKIP}"][0]
         first = profiles["unfused"].ranks[rank].step_events[0]
         t0 = merged["otherData"]["t0_epoch_us"]
-        assert span["ts"] - 5e3 <= first[0].start_us - t0 <= span["ts"] + span["dur"]
+        assert span["ts"] - 50e3 <= first[0].start_us - t0 <= span["ts"] + span["dur"]
 
 
 def test_profiler_overhead_and_figures(jobs, profiles, record_property):
@@ -122,7 +129,7 @@ def test_profiler_overhead_and_figures(jobs, profiles, record_property):
     import matplotlib
 
     matplotlib.use("Agg")
-    fig = P.plot_rank_breakdown({"unfused": profiles["unfused"], "fused": profiles["fused"]})
+    fig = plots.plot_rank_breakdown({"unfused": profiles["unfused"], "fused": profiles["fused"]})
     assert len(fig.axes) == 2
-    fig = P.plot_step_timeline(profiles["unfused"])
+    fig = plots.plot_step_timeline(profiles["unfused"])
     assert fig.axes[0].get_ylabel() == "rank"

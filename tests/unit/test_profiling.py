@@ -1,4 +1,4 @@
-"""helpers.topics.profiling: the pure parsing, step-splitting, breakdown and merging functions (no processes).
+"""helpers.topics profiling modules (kernel_trace, rank_profile, profiling, merged_trace, comm_fusion, amp_kernels): pure functions on files written like MindSpore's (no processes).
 
 The readers are tested on real profiler output in tests/jobs/test_profiling_jobs.py; here the events are
 written in the exact shape MindSpore 2.10's CPU profiler writes them (trace_view.json: a list, string
@@ -10,7 +10,14 @@ import json
 import numpy as np
 import pytest
 
+from helpers.topics import amp_kernels as amp
+from helpers.topics import comm_fusion as F
+from helpers.topics import kernel_trace as K
+from helpers.topics import merged_trace as M
+from helpers.topics import profile_plots as plots
 from helpers.topics import profiling as P
+from helpers.topics import rank_profile as R
+from helpers.train import profiler_session as PS
 
 
 def kernel(name, ts, dur, pid=2):
@@ -39,54 +46,54 @@ def fake_trace(steps=3, t0=1.7e15, step_us=10_000.0, n_ar=2):
 
 
 def test_op_type_and_comm():
-    assert P.op_type(AR.format(39)) == "AllReduce"
-    assert P.op_type(CONV) == "Conv2D"
-    assert P.op_type("Default/AllReduce-op1") == "AllReduce"
-    assert P.is_comm(AR.format(1)) and not P.is_comm(BN)
-    assert P.is_comm("Default/AllGather-op2") and P.is_comm("x/Broadcast-op0")
+    assert K.op_type(AR.format(39)) == "AllReduce"
+    assert K.op_type(CONV) == "Conv2D"
+    assert K.op_type("Default/AllReduce-op1") == "AllReduce"
+    assert K.is_comm(AR.format(1)) and not K.is_comm(BN)
+    assert K.is_comm("Default/AllGather-op2") and K.is_comm("x/Broadcast-op0")
 
 
 def test_op_events_keep_only_kernels_sorted_as_floats():
-    ev = P.op_events(fake_trace(steps=2))
+    ev = K.op_events(fake_trace(steps=2))
     assert len(ev) == 2 * 4 and all(isinstance(e.start_us, float) for e in ev)
     assert [e.start_us for e in ev] == sorted(e.start_us for e in ev)
     assert "Default" not in {e.name for e in ev}, "scope-layer spans are not kernels"
 
 
 def test_split_steps_by_execution_count():
-    steps = P.split_steps(P.op_events(fake_trace(steps=3, n_ar=5)))
+    steps = K.split_steps(K.op_events(fake_trace(steps=3, n_ar=5)))
     assert len(steps) == 3 and all(len(s) == 7 for s in steps)
     assert max(e.end_us for e in steps[0]) <= min(e.start_us for e in steps[1])
 
 
 def test_split_steps_kernel_running_twice_per_step():
-    ev = [P.OpEvent("a", t, 1) for t in (0, 10, 100, 110)] + [P.OpEvent("b", t, 1) for t in (20, 120)]
-    steps = P.split_steps(ev)
+    ev = [K.OpEvent("a", t, 1) for t in (0, 10, 100, 110)] + [K.OpEvent("b", t, 1) for t in (20, 120)]
+    steps = K.split_steps(ev)
     assert len(steps) == 2 and [e.start_us for e in steps[1]] == [100, 110, 120]
 
 
 def test_split_steps_refuses_partial_steps():
-    ev = [P.OpEvent("a", t, 1) for t in (0, 10, 20)] + [P.OpEvent("b", t, 1) for t in (5, 15)]
+    ev = [K.OpEvent("a", t, 1) for t in (0, 10, 20)] + [K.OpEvent("b", t, 1) for t in (5, 15)]
     with pytest.raises(ValueError, match="whole steps"):
-        P.split_steps(ev, n_steps=2)
+        K.split_steps(ev, n_steps=2)
 
 
 def test_union_length():
-    assert P.union_length([]) == 0
-    assert P.union_length([(0, 2), (1, 3), (5, 6)]) == 4
-    assert P.union_length([(5, 6), (0, 10)]) == 10
+    assert K.union_length([]) == 0
+    assert K.union_length([(0, 2), (1, 3), (5, 6)]) == 4
+    assert K.union_length([(5, 6), (0, 10)]) == 10
 
 
 def test_step_breakdown_compute_comm_idle():
-    ev = P.split_steps(P.op_events(fake_trace(steps=1, n_ar=3)))[0]
-    b = P.step_breakdown(ev)
+    ev = K.split_steps(K.op_events(fake_trace(steps=1, n_ar=3)))[0]
+    b = K.step_breakdown(ev)
     assert b.compute_s == pytest.approx(0.002) and b.comm_s == pytest.approx(0.0015)
     assert b.idle_s == pytest.approx(0.0) and b.span_s == pytest.approx(0.0035)
     assert b.allreduce_calls == 3 == b.comm_calls and b.kernels == 5
 
 
 def test_step_breakdown_gap_is_idle():
-    b = P.step_breakdown([P.OpEvent("x/Conv2D-op0", 0, 100), P.OpEvent("x/AllReduce-op0", 300, 100)])
+    b = K.step_breakdown([K.OpEvent("x/Conv2D-op0", 0, 100), K.OpEvent("x/AllReduce-op0", 300, 100)])
     assert b.idle_s == pytest.approx(200e-6) and b.comm_s == pytest.approx(100e-6)
 
 
@@ -97,9 +104,9 @@ def test_allreduce_elements_from_framework_lines():
              "AllReduce;AllReduce-op1;931081623;input_1:[10];",
              "AllReduce;AllReduce-op3;931081623;input_1:[64, 64, 3, 3];",
              "AllReduce;AllReduce-op9;931081623;input_1:[];"]
-    assert P.shape_elements(lines[0]) == 8 * 3 * 32 * 32 + 8 * 27
-    assert P.allreduce_elements(lines[:5], n_steps=2) == [10, 64 * 64 * 9]
-    assert P.shape_elements(lines[-1]) == 1, "a scalar has one element"
+    assert K.shape_elements(lines[0]) == 8 * 3 * 32 * 32 + 8 * 27
+    assert K.allreduce_elements(lines[:5], n_steps=2) == [10, 64 * 64 * 9]
+    assert K.shape_elements(lines[-1]) == 1, "a scalar has one element"
 
 
 def test_overhead_ratio():
@@ -110,10 +117,10 @@ def test_overhead_ratio():
 
 
 def test_fusion_split_indices():
-    assert P.fusion_split_indices([4, 4, 4, 4], 8) == [2]
-    assert P.fusion_split_indices([4, 4, 4, 4], 100) == []
-    assert P.fusion_split_indices([4, 4, 4, 4], 1) == [1, 2, 3]
-    idx = P.fusion_split_indices([1] * 62, 10)
+    assert F.fusion_split_indices([4, 4, 4, 4], 8) == [2]
+    assert F.fusion_split_indices([4, 4, 4, 4], 100) == []
+    assert F.fusion_split_indices([4, 4, 4, 4], 1) == [1, 2, 3]
+    idx = F.fusion_split_indices([1] * 62, 10)
     assert idx == sorted(set(idx)) and len(idx) + 1 == 7
 
 
@@ -121,7 +128,7 @@ def test_merge_one_process_per_rank_on_a_shared_clock():
     traces = {r: fake_trace(steps=2, t0=1.7e15 + 50 * r) for r in range(3)}
     steps = {r: [{"step": 1, "time": (1.7e15 + 20_000) / 1e6, "step_s": 0.02, "data_s": 0.001, "loss": 2.0}]
              for r in range(3)}
-    merged = P.merge_trace_events(traces, steps)
+    merged = M.merge_trace_events(traces, steps)
     json.dumps(merged)   # serialisable
     ev = merged["traceEvents"]
     names = {e["pid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "process_name"}
@@ -145,9 +152,9 @@ def test_rank_dirs_reads_the_rank_from_file_names(tmp_path):
         d = tmp_path / f"{host}_ascend_ms" / "FRAMEWORK"
         d.mkdir(parents=True)
         (d / f"cpu_op_execute_timestamp_{rank}.txt").write_text("")
-    found = P.rank_dirs(tmp_path)
+    found = R.rank_dirs(tmp_path)
     assert sorted(found) == [0, 1] and found[0].name == "vm_12_b_ascend_ms"
-    assert P.rank_dirs(tmp_path / "missing") == {}
+    assert R.rank_dirs(tmp_path / "missing") == {}
 
 
 def test_read_rank_on_files(tmp_path):
@@ -157,32 +164,32 @@ def test_read_rank_on_files(tmp_path):
     (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(fake_trace(steps=2, n_ar=2)))
     (d / "FRAMEWORK" / "cpu_framework_0.txt").write_text(
         "AllReduce;AllReduce-op0;1;input_1:[10];\nAllReduce;AllReduce-op1;1;input_1:[4, 4];\n" * 2)
-    rp = P.read_rank(d, 0)
+    rp = R.read_rank(d, 0)
     assert len(rp.steps) == 2 and rp.steps[0].allreduce_calls == 2
     assert rp.allreduce_elements == [10, 16]
 
 
 def test_typical_step_ignores_one_slow_step():
     s = np.array([[9.0, 1.0, 1.1, 5.0, 1.0], [9.0, 1.0, 1.1, 5.0, 1.0]])
-    assert P.steady_step_s(s) == pytest.approx(1.05)
-    assert P.steady_step_s(s, profiled_from=3) == pytest.approx(1.05)
+    assert P.unprofiled_step_s(s) == pytest.approx(1.05)
+    assert P.unprofiled_step_s(s, profiled_from=3) == pytest.approx(1.05)
     with pytest.raises(ValueError):
-        P.steady_step_s(s, profiled_from=1)
+        P.unprofiled_step_s(s, profiled_from=1)
 
 
 def test_profiler_activities_per_device():
     from mindspore.profiler import ProfilerActivity as A
 
-    assert P.profiler_activities("CPU") == [A.CPU]
-    assert P.profiler_activities("GPU") == [A.CPU, A.GPU]
-    assert P.profiler_activities("Ascend") == [A.CPU, A.NPU]
+    assert PS.profiler_activities("CPU") == [A.CPU]
+    assert PS.profiler_activities("GPU") == [A.CPU, A.GPU]
+    assert PS.profiler_activities("Ascend") == [A.CPU, A.NPU]
 
 
 def test_device_collective_kernel_names():
-    assert P.op_type("hcom_allReduce__101_0_1") == "AllReduce"
-    assert P.op_type("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "AllReduce"
-    assert P.op_type("ncclKernel_AllGather_RING_LL_Sum_int8_t") == "AllGather"
-    assert P.op_type("Default/network/Conv2D-op12") == "Conv2D"
+    assert K.op_type("hcom_allReduce__101_0_1") == "AllReduce"
+    assert K.op_type("ncclDevKernel_AllReduce_Sum_f32_RING_LL") == "AllReduce"
+    assert K.op_type("ncclKernel_AllGather_RING_LL_Sum_int8_t") == "AllGather"
+    assert K.op_type("Default/network/Conv2D-op12") == "Conv2D"
 
 
 def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
@@ -192,16 +199,16 @@ def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
     for rank in (0, 1):
         (tmp_path / f"gpu_op_type_info_{rank}.csv").write_text(
             header + "Conv2D,106,53,40.0,0.377,0.8\nAllReduce,4,2,10.0,2.5,0.2\n")
-    dirs = P.rank_dirs(tmp_path)
+    dirs = R.rank_dirs(tmp_path)
     assert dirs == {0: tmp_path, 1: tmp_path}
-    rp = P.read_rank(dirs[1], 1, n_steps=2, device_target="GPU")
+    rp = R.read_rank(dirs[1], 1, n_steps=2, device_target="GPU")
     assert len(rp.steps) == 2 and rp.steps[0].allreduce_calls == 2
     assert rp.steps[0].compute_s == pytest.approx(0.020) and rp.steps[0].comm_s == pytest.approx(0.005)
     jp = P.JobProfile(tmp_path, {0: rp, 1: rp}, [3, 4], np.full((2, 2), 0.05), np.zeros((2, 2)))
     assert jp.allreduce_per_step == 2 and jp.comm_share == pytest.approx(0.1)
     assert jp.kernel_types()["Conv2D"] == (53.0, 20.0) and not jp.has_timeline
     with pytest.raises(ValueError, match="timeline"):
-        P.plot_step_timeline(jp)
+        plots.plot_step_timeline(jp)
 
 
 def read_ascend_rank(tmp_path, extra=lambda t: []):
@@ -218,7 +225,7 @@ def read_ascend_rank(tmp_path, extra=lambda t: []):
     d = tmp_path / "vm_1_x_ascend_ms"
     (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
     (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(meta + events))
-    return P.read_rank(d, 0, n_steps=2, device_target="Ascend")
+    return R.read_rank(d, 0, n_steps=2, device_target="Ascend")
 
 
 def test_ascend_trace_reads_device_and_hccl_rows(tmp_path):
@@ -272,21 +279,21 @@ def write_gpu_job(tmp_path, ranks=(0, 1), with_host_folders=True):
 
 
 def test_nccl_kernel_names_as_the_gpu_profiler_writes_them():
-    assert P.op_type(NCCL_AR) == "AllReduce" and P.is_comm(NCCL_AR)
-    assert P.op_type("_Z38ncclKernel_AllReduce_RING_LL_Sum_floatP11ncclDevCommmP8ncclWork") == "AllReduce"
-    assert not P.is_comm(SGEMM) and not P.is_comm(BNFWD)
+    assert K.op_type(NCCL_AR) == "AllReduce" and K.is_comm(NCCL_AR)
+    assert K.op_type("_Z38ncclKernel_AllReduce_RING_LL_Sum_floatP11ncclDevCommmP8ncclWork") == "AllReduce"
+    assert not K.is_comm(SGEMM) and not K.is_comm(BNFWD)
 
 
 def test_gpu_rank_dirs_prefer_the_device_files_over_the_host_folders(tmp_path):
     """A GPU job has both <profile>/gpu_*_<dev> files and a host *_ascend_ms folder per rank: not two ranks' worth."""
     write_gpu_job(tmp_path)
-    assert P.rank_dirs(tmp_path) == {0: tmp_path, 1: tmp_path}
+    assert R.rank_dirs(tmp_path) == {0: tmp_path, 1: tmp_path}
 
 
 def test_gpu_timeline_from_activity_timestamps(tmp_path):
     write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
     (tmp_path / "gpu_op_type_info_0.csv").unlink()          # the timeline alone is enough
-    rp = P.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
+    rp = R.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
     assert len(rp.steps) == 2 and all(len(s) == 4 for s in rp.step_events)
     s0 = rp.steps[0]
     assert s0.allreduce_calls == 2 == s0.comm_calls and s0.kernels == 4
@@ -299,8 +306,8 @@ def test_gpu_timeline_from_activity_timestamps(tmp_path):
 
 def test_gpu_merged_trace_from_activity_timestamps(tmp_path):
     write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
-    trace = P._rank_trace(tmp_path, 0)
-    assert P.process_names(trace) == {0: "GPU"} and len(P.op_events(trace, ("GPU",))) == 8
+    trace = M.rank_trace(tmp_path, 0)
+    assert K.process_names(trace) == {0: "GPU"} and len(K.op_events(trace, ("GPU",))) == 8
 
 
 def test_ascend_hccl_link_tasks_and_duplicate_rows_are_not_extra_kernels(tmp_path):
@@ -317,23 +324,23 @@ def test_ascend_hccl_link_tasks_and_duplicate_rows_are_not_extra_kernels(tmp_pat
 
 # ---------------------------------------------------------------- which kernels carry the convolutions (chapter 04)
 def test_conv_kernel_types_follow_the_implementation_that_ran():
-    assert P.conv_kernel_types("native") == ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
-    im2col = P.conv_kernel_types("im2col")
+    assert amp.conv_kernel_types("native") == ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter")
+    im2col = amp.conv_kernel_types("im2col")
     assert im2col[:4] == ("Im2Col", "BatchMatMul", "MatMul", "Col2Im")
-    assert set(P.conv_kernel_types("native")) <= set(im2col), "im2col leaves the 1x1 convolutions native"
+    assert set(amp.conv_kernel_types("native")) <= set(im2col), "im2col leaves the 1x1 convolutions native"
     with pytest.raises(ValueError):
-        P.conv_kernel_types("auto")          # only a resolved implementation says which kernels ran
-    assert "`Im2Col`" in P.conv_kernels_note("im2col") and "only the native 1x1" in P.conv_kernels_note("im2col")
-    assert "`Im2Col`" not in P.conv_kernels_note("native")
+        amp.conv_kernel_types("auto")          # only a resolved implementation says which kernels ran
+    assert "`Im2Col`" in amp.conv_kernels_note("im2col") and "only the native 1x1" in amp.conv_kernels_note("im2col")
+    assert "`Im2Col`" not in amp.conv_kernels_note("native")
 
 
 def test_kernel_calls_reads_executions_and_fills_absent_types_with_zero():
     table = {"Cast": (12.0, 3.5), "Im2Col": (17.0, 11.2)}
-    assert P.kernel_calls(table, ["Cast", "Im2Col", "Conv2D"]) == {"Cast": 12.0, "Im2Col": 17.0, "Conv2D": 0.0}
+    assert amp.kernel_calls(table, ["Cast", "Im2Col", "Conv2D"]) == {"Cast": 12.0, "Im2Col": 17.0, "Conv2D": 0.0}
 
 
 def test_relative_to_sorts_levels_by_the_noise_band():
-    out = P.relative_to({"O0": 1.0, "O1": 1.3, "O2": 0.8, "O3": 1.1}, "O0", noise=0.15)
+    out = amp.relative_to({"O0": 1.0, "O1": 1.3, "O2": 0.8, "O3": 1.1}, "O0", noise=0.15)
     assert out["rel"] == pytest.approx({"O0": 1.0, "O1": 1.3, "O2": 0.8, "O3": 1.1})
     assert (out["slower"], out["faster"], out["ties"]) == (["O1"], ["O2"], ["O3"])
 
@@ -341,7 +348,7 @@ def test_relative_to_sorts_levels_by_the_noise_band():
 def test_cpu_fp16_flags(tmp_path):
     f = tmp_path / "cpuinfo"
     f.write_text("processor\t: 0\nflags\t\t: fpu sse avx2 f16c avx512f\n")
-    assert P.cpu_fp16_flags(str(f)) == {"fp16_math": [], "f16c": True}
+    assert amp.cpu_fp16_flags(str(f)) == {"fp16_math": [], "f16c": True}
     f.write_text("flags\t\t: avx512_fp16 amx_fp16\n")
-    assert P.cpu_fp16_flags(str(f)) == {"fp16_math": ["amx_fp16", "avx512_fp16"], "f16c": False}
-    assert P.cpu_fp16_flags(str(tmp_path / "missing")) == {"fp16_math": [], "f16c": False}
+    assert amp.cpu_fp16_flags(str(f)) == {"fp16_math": ["amx_fp16", "avx512_fp16"], "f16c": False}
+    assert amp.cpu_fp16_flags(str(tmp_path / "missing")) == {"fp16_math": [], "f16c": False}

@@ -1,0 +1,309 @@
+"""Chapter 04's steps (profiling): the profiled baseline, its cross-checks without the profiler, the fusion sweep,
+fusion ids, the AMP levels and the before/after, each run as jobs, shown, and returned for the record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from helpers.conclusions import ch04
+from helpers.core.config import FUSE_ALL, JobConfig, config_table, job_config
+from helpers.core.step_times import steady_step_s
+from helpers.job.launch import JobResult, run_job
+from helpers.output.tables import show_md, show_table
+from helpers.topics.amp_kernels import conv_kernel_types, conv_kernels_note, cpu_fp16_flags, kernel_calls, relative_to
+from helpers.topics.comm_fusion import fusion_split_indices, isolate_compile_cache
+from helpers.topics.merged_trace import write_merged_trace
+from helpers.topics.profiling import JobProfile, job_step_s, overhead_ratio, read_job_profile
+from helpers.train.models import build_model
+
+# Per preset: job length, which buckets the fusion sweep tries, how many ranks the AMP jobs use.
+PLANS = {
+    "ci": dict(steps=5, profile_from=3, bucket_mb=[], index_bucket_kb=[], ids_with_fusion=False,
+               amp_world_size=1, amp_steps=12, amp_profile_from=9),
+    "cpu": dict(steps=12, profile_from=6, bucket_mb=[1], index_bucket_kb=[64, 512], ids_with_fusion=True,
+                amp_world_size=2, amp_steps=12, amp_profile_from=6),
+    "gpu8": dict(steps=40, profile_from=20, bucket_mb=[4, 16, 32], index_bucket_kb=[], ids_with_fusion=True,
+                 amp_world_size=None, amp_steps=40, amp_profile_from=20),
+    # gpu8 rehearsed on CPU (helpers.core.rehearsal): its ResNet-50 at 224 px on 2 ranks, one profiled step per job
+    "rehearsal": dict(steps=3, profile_from=2, bucket_mb=[], index_bucket_kb=[], ids_with_fusion=False,
+                      amp_world_size=None, amp_steps=3, amp_profile_from=2),
+}
+AMP_LEVELS = ("O0", "O1", "O2", "O3")
+AMP_NOISE = 0.15            # AMP levels closer than 15 % on a shared 2-core machine: a tie
+SWEEP_HEADERS = ["fusion", "AllReduce calls / step", "mean call size (KB)", "step time (s, no profiler)",
+                 "comm share (profiled)"]
+
+
+def chapter_plan(preset: str, rehearse: bool, **overrides) -> dict:
+    """The preset's plan (``PLANS``), with every override that is not None."""
+    plan = dict(PLANS["rehearsal" if rehearse else preset])
+    plan.update({k: v for k, v in overrides.items() if v is not None})
+    return plan
+
+
+def gradient_bytes(cfg: JobConfig) -> list[int]:
+    """Bytes of each float32 gradient, in the order the optimizer hands them to the reducer (what "index" splits)."""
+    net = build_model(cfg.arch, 10, cfg.width, cfg.stem, "native")
+    return [4 * int(np.prod(p.shape)) for p in net.trainable_params()]
+
+
+@dataclass
+class Chapter:
+    """The chapter's baseline job config, its plan and its model's gradient sizes; runs its jobs."""
+
+    preset: str
+    rehearse: bool
+    base: JobConfig
+    plan: dict
+    param_bytes: list[int]
+    progress: str = "auto"
+
+    def run(self, name: str, **changes) -> JobResult:
+        """``base`` with ``changes``; AMP / no-reduction / fusion-id jobs get a compile cache of their own."""
+        return run_job(isolate_compile_cache(self.base.replace(name=name, **changes)), progress=self.progress)
+
+    def run_profiled(self, name: str, **changes) -> ProfiledJob:
+        result = self.run(name, **changes)
+        return ProfiledJob(result, read_job_profile(result))
+
+
+@dataclass
+class ProfiledJob:
+    """A finished profiled job and its profile."""
+
+    result: JobResult
+    profile: JobProfile
+    trace_path: str = ""
+
+    @property
+    def step_s(self) -> float:
+        """Steady step time without the profiler (the job's unprofiled steps)."""
+        return job_step_s(self.result)
+
+
+def prepare(preset: str, rehearse: bool, progress: str = "auto", *, steps=None, profile_from=None, bucket_mb=None,
+            index_bucket_kb=None, amp_world_size=None, **job_overrides) -> Chapter:
+    """The baseline (the preset's model with MindSpore's default communication, ``{}``: one AllReduce per gradient),
+    profiled from step ``profile_from`` on, so steps 1..profile_from-1 run without the profiler; shows it."""
+    plan = chapter_plan(preset, rehearse, steps=steps, profile_from=profile_from, bucket_mb=bucket_mb,
+                        index_bucket_kb=index_bucket_kb, amp_world_size=amp_world_size)
+    base = job_config(preset, rehearse=rehearse, chapter="04", name="baseline", steps=plan["steps"], comm_fusion={},
+                      profile=True, profile_skip_steps=plan["profile_from"], **job_overrides)
+    plan["amp_world_size"] = plan["amp_world_size"] or base.world_size
+    ch = Chapter(preset, rehearse, base, plan, gradient_bytes(base), progress)
+    show_table(config_table(base) + [("profiled steps", f"{plan['profile_from']}..{plan['steps'] - 1}"),
+                                     ("AMP jobs: ranks", plan["amp_world_size"])], ["setting", "value"])
+    pb = ch.param_bytes
+    show_md(f"Model: **{base.arch}** (width {base.width}), **{len(pb)} gradient tensors**, "
+            f"**{sum(pb) / 2**20:.2f} MB** of float32 gradients per step, largest tensor {max(pb) / 2**20:.3f} MB.")
+    return ch
+
+
+# ------------------------------------------------------------------------------ 1-2: the baseline and its cross-checks
+def profile_baseline(ch: Chapter) -> ProfiledJob:
+    """The baseline job, its per-rank table and (when there is a kernel timeline) its merged trace."""
+    job = ch.run_profiled("baseline")
+    job.trace_path = str(write_merged_trace(job.result)) if job.profile.has_timeline else ""
+    show_table(job.profile.table(), job.profile.TABLE_HEADERS)
+    show_md(f"Merged trace (one process per rank, kernels + each rank's step and data-wait spans): `{job.trace_path}` "
+            "— open it in https://ui.perfetto.dev or chrome://tracing." if job.trace_path else
+            "No kernel timeline in this profile (on GPU, MindSpore 2.10 writes no trace_view.json and the kernel "
+            "timestamps file was missing): the breakdown above comes from the per-type op tables.")
+    return job
+
+
+@dataclass
+class CrossCheck:
+    """The profiler's overhead, and the reduction's cost measured without a profiler (step times in s)."""
+
+    overhead: float
+    t_base: float
+    t_profiled: float
+    t_alone: float
+
+    @property
+    def share_without_profiler(self) -> float:
+        return 1.0 - self.t_alone / self.t_base
+
+
+def cross_check(ch: Chapter, baseline: ProfiledJob) -> CrossCheck:
+    """Runs the baseline without gradient reduction (no profiler) and shows the three step times."""
+    no_reduce = ch.run("no_reduce", grad_reduce=False, profile=False, steps=ch.base.profile_skip_steps)
+    out = CrossCheck(overhead_ratio(baseline.result.metric("step_s"), profiled_from=ch.base.profile_skip_steps),
+                     baseline.step_s, steady_step_s(baseline.profile.step_s, skip=0, ranks="mean"),
+                     job_step_s(no_reduce))
+    show_table([("baseline, no profiler", out.t_base), ("baseline, profiled", out.t_profiled),
+                ("no gradient reduction, no profiler", out.t_alone)], ["job", "step time (s)"])
+    return out
+
+
+# ------------------------------------------------------------------------------ 3-4: fusion
+def fusion_settings(plan: dict, param_bytes) -> dict[str, tuple[str, dict]]:
+    """Sweep label -> (job name, ``comm_fusion``) of the fused jobs the plan asks for (the baseline is not here)."""
+    out = {"auto": ("fused_auto", FUSE_ALL)}
+    for mb in plan["bucket_mb"]:
+        out[f"size {mb} MB"] = (f"size_{mb}mb", {"allreduce": {"mode": "size", "config": int(mb)}})
+    for kb in plan["index_bucket_kb"]:
+        split = fusion_split_indices(param_bytes, kb * 1024)
+        out[f"index ~{kb} KB"] = (f"index_{kb}kb", {"allreduce": {"mode": "index", "config": split}})
+    return out
+
+
+def sweep_row(label: str, job: ProfiledJob) -> dict:
+    jp = job.profile
+    return dict(label=label, allreduce_per_step=jp.allreduce_per_step, bucket_mb=jp.mean_bucket_mb,
+                step_s=job.step_s, comm_share=jp.comm_share)
+
+
+@dataclass
+class Sweep:
+    """The fusion sweep's jobs (baseline first, then ``auto``) and one row each."""
+
+    jobs: dict[str, ProfiledJob]
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def fused(self) -> ProfiledJob:
+        return self.jobs["auto"]
+
+
+def fusion_sweep(ch: Chapter, baseline: ProfiledJob) -> Sweep:
+    """Runs every fused job of the plan; shows calls, call size, step time and communication share per setting."""
+    jobs = {"unfused (default)": baseline}
+    for label, (name, fusion) in fusion_settings(ch.plan, ch.param_bytes).items():
+        jobs[label] = ch.run_profiled(name, comm_fusion=fusion)
+    sweep = Sweep(jobs, [sweep_row(k, j) for k, j in jobs.items()])
+    show_table([(d["label"], d["allreduce_per_step"], 1024 * d["bucket_mb"], d["step_s"], d["comm_share"])
+                for d in sweep.rows], SWEEP_HEADERS)
+    return sweep
+
+
+def cell_fusion_ids(ch: Chapter, baseline: ProfiledJob) -> dict[str, ProfiledJob | None]:
+    """``Cell.set_comm_fusion`` ids alone (and, when the plan says so, with fusion on); shows calls and step time."""
+    jobs = {"ids_only": ch.run_profiled("cell_ids_only", cell_comm_fusion=True), "ids_with_fusion": None}
+    rows = [("default", baseline.profile.allreduce_per_step, baseline.step_s),
+            ("Cell.set_comm_fusion ids only", jobs["ids_only"].profile.allreduce_per_step, jobs["ids_only"].step_s)]
+    if ch.plan["ids_with_fusion"]:
+        on = jobs["ids_with_fusion"] = ch.run_profiled("cell_ids_with_fusion", cell_comm_fusion=True,
+                                                       comm_fusion=FUSE_ALL)
+        rows.append(("ids + comm_fusion auto", on.profile.allreduce_per_step, on.step_s))
+    show_table(rows, ["setting", "AllReduce calls / step", "step time (s)"])
+    return jobs
+
+
+# ------------------------------------------------------------------------------ 5: mixed precision
+def amp_ranks_note(amp_world_size: int, base: JobConfig, preset: str) -> str:
+    """One sentence: how many ranks the mixed-precision jobs use, and why when fewer than the chapter's."""
+    fewer = (f" — fewer than the chapter's {base.world_size} in the `{preset}` preset, to keep the notebook within "
+             "its time budget: precision changes each rank's compute, which a rank per core measures without the "
+             "other ranks' contention for the cores.")
+    return (f"The mixed-precision jobs run on **{amp_world_size} rank(s)** with fusion on (`auto`), "
+            f"{base.batch_per_rank} images per rank" + (fewer if amp_world_size != base.world_size else "."))
+
+
+def amp_kinds(conv_types) -> list[str]:
+    """The kernel types the AMP table counts: casts, the convolutions' kernels, BatchNorm and ReLU."""
+    return ["Cast", *conv_types, "BatchNorm", "BatchNormGrad", "ReLU"]
+
+
+def amp_table_rows(step_s: dict, types_tables: dict, kinds) -> list[tuple]:
+    """Per level: step time, ratio to O0, and "calls / ms per step" of each kernel type."""
+    return [(k, step_s[k], step_s[k] / step_s["O0"])
+            + tuple(f"{types_tables[k].get(t, (0, 0))[0]:.0f} / {types_tables[k].get(t, (0, 0))[1]:.1f}" for t in kinds)
+            for k in step_s]
+
+
+@dataclass
+class Amp:
+    """The AMP levels' jobs, step times and kernel counts."""
+
+    jobs: dict[str, ProfiledJob]
+    world_size: int
+    conv_impl: str                     # resolved: "native" or "im2col" (conv_impl="auto" measured it)
+    conv_types: tuple[str, ...]
+    kinds: list[str]
+    kernels: dict                      # level -> kernel type -> executions per step
+
+    @property
+    def step_s(self) -> dict[str, float]:
+        return {k: j.step_s for k, j in self.jobs.items()}
+
+    @property
+    def relative(self) -> dict:
+        return relative_to(self.step_s, "O0", noise=AMP_NOISE)
+
+
+def amp_levels(ch: Chapter) -> Amp:
+    """One fused job per AMP level on ``amp_world_size`` ranks; shows step times and the kernels each level ran."""
+    ws, base, plan = ch.plan["amp_world_size"], ch.base, ch.plan
+    show_md(amp_ranks_note(ws, base, ch.preset))
+    jobs = {level: ch.run_profiled(f"amp_{level}", amp_level=level, comm_fusion=FUSE_ALL, world_size=ws,
+                                   global_batch=base.batch_per_rank * ws, steps=plan["amp_steps"],
+                                   profile_skip_steps=plan["amp_profile_from"])
+            for level in AMP_LEVELS}
+    conv_impl = jobs["O0"].result.config.conv_impl
+    conv_types = conv_kernel_types(conv_impl)
+    kinds = amp_kinds(conv_types)
+    ktab = {k: j.profile.kernel_types() for k, j in jobs.items()}
+    amp = Amp(jobs, ws, conv_impl, conv_types, kinds, {k: kernel_calls(ktab[k], kinds) for k in jobs})
+    show_md(conv_kernels_note(conv_impl))
+    show_table(amp_table_rows(amp.step_s, ktab, kinds),
+               ["level", "step (s)", "vs O0"] + [f"{t} (calls / ms per step)" for t in kinds])
+    return amp
+
+
+# ------------------------------------------------------------------------------ 6: before / after, errata
+def after_candidates(rows: list[dict], amp_rows: dict | None = None) -> dict[str, tuple]:
+    """label -> (step time without profiler, AllReduce calls per step, communication share), all at the chapter's
+    world size: the fusion sweep, plus each AMP level with fusion when ``amp_rows`` (level -> same tuple) is given."""
+    out = {f"fusion: {d['label']}": (d["step_s"], d["allreduce_per_step"], d["comm_share"]) for d in rows}
+    out.update({f"fusion auto + AMP {k}": v for k, v in (amp_rows or {}).items()})
+    return out
+
+
+def before_after(ch: Chapter, t_base: float, sweep: Sweep, amp: Amp) -> dict:
+    """The baseline against the fastest configuration measured at the chapter's world size, in img/s."""
+    amp_rows = ({k: (j.step_s, j.profile.allreduce_per_step, j.profile.comm_share) for k, j in amp.jobs.items()}
+                if amp.world_size == ch.base.world_size else None)
+    candidates = after_candidates(sweep.rows, amp_rows)
+    label = min(candidates, key=lambda k: candidates[k][0])
+    out = dict(label=label, before=ch.base.global_batch / t_base, after=ch.base.global_batch / candidates[label][0])
+    show_table([(f"this machine, {ch.base.world_size} ranks ({label})", out["before"], out["after"],
+                 out["after"] / out["before"])], ["", "before (img/s)", "after (img/s)", "speed-up"])
+    return out
+
+
+def errata(amp: Amp) -> dict:
+    """Shows what the installed MindSpore says and the O0 / O3 kernel counts; returns the facts and the O3 verdict."""
+    facts = ch04.mindspore_facts()
+    show_table(ch04.facts_rows(facts), ["what was checked", "this MindSpore says"])
+    show_table([(t, amp.kernels["O0"][t], amp.kernels["O3"][t]) for t in amp.kinds],
+               ["kernel", "O0 per step", "O3 per step"])
+    return dict(facts, o3_same_kernels=ch04.same_kernels(amp.kernels, amp.conv_types))
+
+
+def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep: Sweep, ids: dict, amp: Amp,
+                    after: dict, facts: dict) -> dict:
+    """What the chapter records (``runs/results/04_profiling.json``) and ``helpers.conclusions.ch04.build`` reads."""
+    bp, fp = baseline.profile, sweep.fused.profile
+    with_fusion = ids["ids_with_fusion"]
+    return dict(
+        preset=ch.preset, rehearsal=ch.rehearse, device_target=ch.base.device_target, world_size=ch.base.world_size,
+        gradient_tensors=len(ch.param_bytes),
+        allreduce_per_step={"baseline": bp.allreduce_per_step, "fused": fp.allreduce_per_step},
+        step_time_s={"baseline": cross.t_base, "fused": sweep.fused.step_s},
+        comm_share={"baseline": bp.comm_share, "fused": fp.comm_share},
+        comm_share_without_profiler=cross.share_without_profiler, no_reduce_step_time_s=cross.t_alone,
+        profiler_overhead_ratio=cross.overhead, fusion_sweep=sweep.rows,
+        cell_comm_fusion_allreduce_per_step=ids["ids_only"].profile.allreduce_per_step,
+        cell_ids_with_fusion_allreduce_per_step=with_fusion.profile.allreduce_per_step if with_fusion else None,
+        amp_step_time_s=amp.step_s, amp_relative=amp.relative, amp_world_size=amp.world_size,
+        conv_impl=amp.conv_impl, conv_kernel_types=list(amp.conv_types), amp_kernels_per_step=amp.kernels,
+        amp_cast_kernels_per_step={k: amp.kernels[k]["Cast"] for k in amp.kernels},
+        o3_keeps_conv_bn_relu_kernels=facts["o3_same_kernels"], cpu_fp16=cpu_fp16_flags(),
+        img_per_s={"before": after["before"], "after": after["after"]}, after_config=after["label"],
+        mindspore_version=facts["mindspore_version"], comm_fusion_module_exists=facts["comm_fusion_module_exists"],
+        fusion_enabled_by_default=facts["fusion_enabled_by_default"], trace_path=baseline.trace_path,
+    )

@@ -1,0 +1,133 @@
+"""Where each rank's profiler output is on disk, and one rank read into profiled steps.
+
+A job run with ``profile=True`` (``helpers.train.profiler_session``) leaves, per rank on CPU and Ascend, one
+folder ``<run_dir>/profile/<host>_<pid>_<stamp>_ascend_ms/`` holding ``ASCEND_PROFILER_OUTPUT/trace_view.json``
+(:mod:`helpers.topics.kernel_trace`) and ``FRAMEWORK/`` (``cpu_framework_<rank>.txt``,
+``cpu_op_execute_timestamp_<rank>.txt``, ``cpu_op_type_info_<rank>.csv``, ``cpu_op_detail_info_<rank>.csv``).
+The rank is only in these file names: the trace itself does not say which rank wrote it.
+
+On GPU (read from the 2.10 wheel and the C++ sources it was built from): ``GpuProfiler.analyse``
+(``mindspore/profiler/platform/gpu_profiler.py``) is empty, and ``CpuProfiler.analyse`` returns unless the device
+target set is ``{"CPU"}`` (``platform/cpu_profiler.py``), so a GPU job gets no ``trace_view.json``. What it has is
+written by the GPU plugin's ``GpuDataSaver`` (``libmindspore_gpu.so.11.x``; ``gpu_data_saver.cc``) straight into
+the profiler's ``output_path``, i.e. ``<run_dir>/profile/`` itself, keyed by the CUDA device id (= the rank on one
+node): ``gpu_op_type_info_<dev>.csv`` (the CPU table's columns), ``gpu_op_detail_info_<dev>.csv``,
+``gpu_activity_data_<dev>.csv`` (per kernel name: ``name,type,op_full_name,stream_id,block_dim,grid_dim,...``),
+``start_time_<dev>.txt`` and ``activity_execute_timestamp_<dev>.txt``: one line per device kernel execution,
+``kernel_name;stream_id;start_ns;duration_us`` (CUPTI clock in ns; duration ``(end - start) / kTimeUnit`` with
+``kTimeUnit = 1000``). Kernel names are demangled with the leading ``void `` dropped (``GetKernelFunc`` /
+``GetKernelFuncName`` in ``gpu_profiling.cc``); the bundled NCCL 2.16.5 (``plugin/gpu11.x/libnccl.so.2``) names
+its collectives ``ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)`` (NCCL >= 2.19
+spells them ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``). :func:`read_rank` builds the GPU timeline from that file
+(the op table is the fallback). The host side of a GPU job still makes a ``*_ascend_ms/FRAMEWORK`` folder per
+rank; :func:`rank_dirs` prefers the GPU files for such a rank.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from helpers.topics.kernel_trace import (COMM_OP_TYPES, OpEvent, StepBreakdown, allreduce_elements,
+                                         device_op_events, op_type, parse_gpu_activity_timestamps, split_steps,
+                                         step_breakdown)
+
+
+def rank_dirs(profile_dir: str | Path) -> dict[int, Path]:
+    """rank -> that rank's profiler folder under ``<run_dir>/profile``.
+
+    CPU / Ascend: one ``*_ascend_ms`` folder per rank, the rank read from its
+    ``FRAMEWORK/cpu_op_execute_timestamp_<rank>.txt`` / ``cpu_framework_<rank>.txt`` / ``profiler_info_<rank>.json``
+    file names. GPU: every rank's files (``gpu_op_type_info_<dev>.csv``, ``activity_execute_timestamp_<dev>.txt``)
+    are in ``<run_dir>/profile`` itself, and those win over the host-only ``*_ascend_ms`` folder of the same rank.
+    """
+    profile_dir = Path(profile_dir)
+    gpu = {}
+    for pattern in ("gpu_op_type_info_*.csv", "activity_execute_timestamp_*.txt"):
+        for f in sorted(profile_dir.glob(pattern)):
+            gpu[int(re.search(r"_(\d+)\.\w+$", f.name).group(1))] = profile_dir
+    out = {}
+    for d in sorted(profile_dir.iterdir()) if profile_dir.is_dir() else []:
+        if not d.is_dir():
+            continue
+        for pattern in ("FRAMEWORK/cpu_op_execute_timestamp_*.txt", "FRAMEWORK/cpu_framework_*.txt",
+                        "profiler_info_*.json"):
+            hits = sorted(d.glob(pattern))
+            if hits:
+                rank = int(re.search(r"_(\d+)\.\w+$", hits[0].name).group(1))
+                if rank in out:
+                    raise ValueError(f"two profiler folders for rank {rank}: {out[rank]} and {d}")
+                out[rank] = d
+                break
+    out.update(gpu)
+    return dict(sorted(out.items()))
+
+
+def read_trace(path: str | Path) -> list[dict]:
+    data = json.loads(Path(path).read_text())
+    return data["traceEvents"] if isinstance(data, dict) else data
+
+
+@dataclass
+class RankProfile:
+    rank: int
+    folder: Path
+    steps: list[StepBreakdown]
+    step_events: list[list[OpEvent]]
+    allreduce_elements: list[int] = field(default_factory=list)   # per call, one step
+    type_table: dict[str, tuple[float, float]] = field(default_factory=dict)  # type -> (calls, ms) per step
+
+    @property
+    def trace_path(self) -> Path:
+        return self.folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+
+
+def read_op_type_table(path: str | Path) -> dict[str, tuple[int, float]]:
+    """``{op type: (executions, total ms)}`` from a ``<device>_op_type_info_<rank>.csv`` table."""
+    with open(path, newline="") as f:
+        return {row["op_type"]: (int(row["type_occurrences"]), float(row["total_compute_time"]))
+                for row in csv.DictReader(f)}
+
+
+def rank_from_op_table(folder: Path, rank: int, table: dict[str, tuple[int, float]], n_steps: int) -> RankProfile:
+    """A rank's profile from per-type totals only (GPU): each profiled step gets 1/n of every total."""
+    comm_ms = sum(ms for t, (_, ms) in table.items() if op_type(t) in COMM_OP_TYPES)
+    all_ms = sum(ms for _, ms in table.values())
+    reduce_calls = sum(n for t, (n, _) in table.items() if op_type(t) == "AllReduce")
+    comm_calls = sum(n for t, (n, _) in table.items() if op_type(t) in COMM_OP_TYPES)
+    kernels = sum(n for n, _ in table.values())
+    step = StepBreakdown(math.nan, math.nan, (all_ms - comm_ms) / 1e3 / n_steps, comm_ms / 1e3 / n_steps, 0.0,
+                         round(comm_calls / n_steps), round(reduce_calls / n_steps), round(kernels / n_steps))
+    per_step = {t: (n / n_steps, ms / n_steps) for t, (n, ms) in table.items()}
+    return RankProfile(rank, folder, [step] * n_steps, [[] for _ in range(n_steps)], [], per_step)
+
+
+def read_rank(folder: str | Path, rank: int, n_steps: int | None = None, device_target: str = "CPU") -> RankProfile:
+    folder = Path(folder)
+    trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
+    if device_target == "GPU":
+        stamps = folder / f"activity_execute_timestamp_{rank}.txt"
+        table = folder / f"gpu_op_type_info_{rank}.csv"
+        if stamps.exists():
+            events = parse_gpu_activity_timestamps(stamps.read_text().splitlines())
+            try:
+                steps = split_steps(events, n_steps)
+            except ValueError:
+                if not table.exists():
+                    raise
+                steps = []            # kernels not in whole steps (e.g. cut at the end): per-type totals below
+            if steps:
+                return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, [])
+        if not table.exists():
+            raise FileNotFoundError(f"{table}: no GPU op table (was the job run with profile=True, and did it finish?)")
+        return rank_from_op_table(folder, rank, read_op_type_table(table), n_steps or 1)
+    if not trace.exists():
+        raise FileNotFoundError(f"{trace}: no trace (was the job run with profile=True, and did it finish?)")
+    steps = split_steps(device_op_events(read_trace(trace), device_target), n_steps)
+    fw = folder / "FRAMEWORK" / f"cpu_framework_{rank}.txt"
+    sizes = allreduce_elements(fw.read_text().splitlines(), len(steps)) if fw.exists() else []
+    return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, sizes)
