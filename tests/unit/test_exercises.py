@@ -110,9 +110,9 @@ def test_checkers_never_raise_and_name_the_problem(checker, capsys):
 
 
 def test_the_guard_turns_an_exception_into_a_wrong_verdict(capsys):
-    from helpers.exercises.common import _checker
+    from helpers.exercises.common import checker
 
-    @_checker
+    @checker
     def broken(answer):
         raise KeyError(answer)
 
@@ -136,11 +136,11 @@ def test_issue_16_examples_are_rejected():
 
 def test_equivalent_forms_of_the_right_answer_are_accepted():
     """Numpy integers (what the helpers return), any order of ranks, a percentage, the layout's spelling."""
-    from helpers.topics import shard_stats as balance
+    from helpers.topics import shard_stats
     from helpers.train.sampler import shard_indices
 
     labels = ex.ex01_labels()
-    row = balance.class_histograms(shard_indices("contiguous", labels, 8), labels, 10)[3]
+    row = shard_stats.class_histograms(shard_indices("contiguous", labels, 8), labels, 10)[3]
     assert ex.check_01_rank3_histogram(row) is True
     assert ex.check_01_worst_step_classes(np.int64(1)) is True
     assert ex.check_00_rank_and_size((np.int64(5), 8)) is True

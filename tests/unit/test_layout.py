@@ -18,6 +18,7 @@ ALLOWED = {
     "job": {"core", "train"},
     "topics": {"core", "output", "train", "job"},
     "conclusions": {"core", "output", "topics"},
+    "chapters": {"core", "output", "train", "job", "topics", "conclusions"},
     "exercises": {"core", "train", "job", "topics"},
     "course": {"core"},
 }
