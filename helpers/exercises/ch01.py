@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helpers.exercises.common import checker, as_int, kind_of, say
+from helpers.exercises.common import checker, read_count, as_int, kind_of, say
 
 EX01_CLASSES, EX01_PER_CLASS = 10, 40    # class-sorted labels: 0 x40, 1 x40, ..., 9 x40
 EX01_RANKS, EX01_BATCH_PER_RANK = 8, 5
@@ -71,11 +71,9 @@ def check_01_rank3_histogram(answer) -> bool:
 @checker
 def check_01_worst_step_classes(answer) -> bool:
     """Distinct classes in the worst global step with ``DistributedSampler(shuffle=False)`` (``distributed``)."""
-    if answer is None:
-        return say(None, "set answer = the number of distinct classes in the worst global step")
-    got = as_int(answer)
+    got, verdict = read_count(answer, "the number of distinct classes in the worst global step")
     if got is None:
-        return say(False, f"the exercise asks for a whole number (int), got {kind_of(answer)}")
+        return verdict
     from helpers.topics import shard_stats
     from helpers.train.sampler import shard_indices
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.exercises.common import checker, as_int, kind_of, say
+from helpers.exercises.common import checker, read_count, kind_of, say
 
 EX04_GRAD_KB = [64, 64, 256, 256, 512, 512, 1024, 1024, 2048, 2048]   # gradient tensors, in order
 EX04_BUCKET_KB = 1024                                                 # a bucket closes at >= 1 MB
@@ -29,11 +29,9 @@ def _capped_buckets(sizes_kb, cap_kb) -> int:
 @checker
 def check_04_allreduce_calls(answer) -> bool:
     """AllReduce calls per step for ``EX04_GRAD_KB`` cut into buckets that close at >= ``EX04_BUCKET_KB``."""
-    if answer is None:
-        return say(None, "set answer = the number of AllReduce calls per step after fusion")
-    got = as_int(answer)
+    got, verdict = read_count(answer, "the number of AllReduce calls per step after fusion")
     if got is None:
-        return say(False, f"the exercise asks for a whole number (int), got {kind_of(answer)}")
+        return verdict
     from helpers.topics.comm_fusion import fusion_split_indices
 
     split = fusion_split_indices([kb * 1024 for kb in EX04_GRAD_KB], EX04_BUCKET_KB * 1024)

@@ -38,6 +38,17 @@ def as_int(value):
     return int(value)
 
 
+def read_count(answer, ask: str):
+    """``(count, None)`` for a whole-number answer; else ``(None, verdict)`` once the reason is said (not
+    attempted: ``set answer = <ask>``; wrongly typed: its type named)."""
+    if answer is None:
+        return None, say(None, f"set answer = {ask}")
+    got = as_int(answer)
+    if got is None:
+        return None, say(False, f"the exercise asks for a whole number (int), got {kind_of(answer)}")
+    return got, None
+
+
 def kind_of(value) -> str:
     """Names a wrongly typed answer in a hint."""
     if isinstance(value, (bool, np.bool_)):
