@@ -68,6 +68,7 @@ def run_one(name: str, preset: str | None, extra: list[str]) -> dict:
 
 
 def main(argv=None) -> int:
+    """Run one benchmark or all, save each JSON, rebuild RESULTS.md; returns 1 if any benchmark failed."""
     ap = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
     ap.add_argument("name", choices=["all", "table", *BENCHMARKS])
     ap.add_argument("--preset", default=None, choices=["ci", "cpu"])

@@ -82,11 +82,13 @@ def alternate(variants: dict, repeats: int, log=print) -> dict[str, list[dict]]:
 
 
 def median_img_per_s(runs: list[dict], key: str = "img_per_s") -> float | None:
+    """Median of ``key`` over the runs that recorded it (``None`` if none did)."""
     vals = [r[key] for r in runs if r.get(key) is not None]
     return float(np.median(vals)) if vals else None
 
 
 def medians(runs: dict[str, list[dict]], key: str = "img_per_s") -> dict[str, float | None]:
+    """Per variant, the median of ``key`` over its runs (keys starting with ``_`` are skipped)."""
     return {k: median_img_per_s(v, key) for k, v in runs.items() if not k.startswith("_")}
 
 

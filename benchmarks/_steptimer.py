@@ -23,6 +23,8 @@ def _loss_value(outputs) -> float:
 
 
 class StepTimer(Callback):
+    """Writes ready/step records like our worker's and stops ``Model.train`` after ``steps`` steps."""
+
     def __init__(self, out: MetricsWriter, steps: int, batch_per_rank: int):
         super().__init__()
         self.out, self.steps, self.batch = out, steps, batch_per_rank

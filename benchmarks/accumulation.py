@@ -1,17 +1,12 @@
 """Gradient accumulation on 8 ranks: the same global batch as (B x 1) and (B/K x K), measured in one run.
 
-For each case the full-batch job and the accumulated job alternate ``--repeats`` times (the machine's load
-changes over minutes, so the two are always measured side by side); throughput is the global batch over the
-slowest rank's step time (median over steps after the first, then over repeats), activation memory is the
-peak RSS minus the rank's RSS before its first step (worst rank, last repeat: compile caches warm by then).
-Then the planner's activation bytes per image against the measured slope of single-process steps (native
-convolution). Goals: accumulated activation memory <= 0.35x the full batch's, throughput >= 0.9x,
-planner slope within 25 %.
-
-Cases:
-- ``oom_experiment``: chapter 02's ci experiment (resnet18 x0.125, 32 px, im2col, 96 images per rank, K=4);
-- ``tiny_micro_batch``: the ci preset's own batch (8 per rank) as 2 x 4 (native): micro-steps of 2 images,
-  where the fixed cost of a graph launch dominates.
+Per case the full-batch and the accumulated job alternate ``--repeats`` times (the machine's load changes over
+minutes); throughput is the global batch over the slowest rank's step time, activation memory the peak RSS
+minus the rank's RSS before its first step. Then the planner's activation bytes per image against the measured
+slope of single-process steps (native convolution). Goals: accumulated activation memory <= 0.35x the full
+batch's, throughput >= 0.9x, planner slope within 25 %. Cases: ``oom_experiment`` (chapter 02's ci experiment:
+resnet18 x0.125, 32 px, im2col, 96 images per rank, K=4) and ``tiny_micro_batch`` (the ci preset's 8 per rank
+as 2 x 4, native: micro-steps where the fixed cost of a graph launch dominates).
 
     python -m benchmarks.accumulation [--repeats 2] [--out benchmarks/results/accumulation.json]
 """
@@ -36,6 +31,7 @@ CASES = {
 
 
 def run_case(name: str, spec: dict, repeats: int, root: Path) -> dict:
+    """One case: full batch and accumulated jobs alternated ``repeats`` times; throughput and memory."""
     base = job_config("ci", chapter="bench", conv_impl=spec["conv_impl"], steps=spec["steps"],
                       global_batch=8 * spec["batch_per_rank"])
     micro = spec["batch_per_rank"] // spec["k"]
@@ -68,6 +64,7 @@ def run_case(name: str, spec: dict, repeats: int, root: Path) -> dict:
 
 
 def main(argv=None):
+    """Run the cases and the planner-vs-measured sweep; print the JSON (and write it to ``--out``)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--cases", nargs="*", default=list(CASES))

@@ -26,6 +26,7 @@ VARIANTS = {"baseline": {}, "fused": FUSE_ALL}
 
 
 def main(argv=None):
+    """Alternate the fusion variants as profiled jobs and print the JSON."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--world-size", type=int, default=8)

@@ -30,6 +30,7 @@ def _timed(fn, args, repeats):
 
 
 def block_case(width_channels: int, batch: int, image: int, impl: str):
+    """A jitted value-and-grad of one ``BasicBlock`` with ``impl`` convolutions, and its input."""
     import mindspore as ms
     from mindspore import ops
 
@@ -46,6 +47,7 @@ def block_case(width_channels: int, batch: int, image: int, impl: str):
 
 
 def main(argv=None):
+    """Time native vs im2col per preset (one block, a whole train step); print the JSON."""
     from helpers.train.conv_autoselect import cpu_name, time_train_step
 
     ap = argparse.ArgumentParser()

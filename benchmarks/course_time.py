@@ -1,13 +1,10 @@
 """Course wall time: ``python -m helpers.course run --preset <p>`` timed whole and per chapter.
 
-The course runner records each chapter's seconds and status in ``<out>/<preset>/summary.json``; this adds
-the total wall time, where the jobs' time went (``benchmarks.job_phases``: launch + init, first step,
-the rest, exit; per chapter and per job), and writes ``benchmarks/results/course_time.json`` (one entry per preset, earlier
-entries of other presets kept). Goals: ci <= 10 minutes, cpu <= 45 minutes on 2 cores.
-
-It also times the floor under every job: ``run_job`` of the preset's 8 ranks doing nothing (task ``noop``:
-msrun, the scheduler, 8 processes importing MindSpore, ``init()``, exit), median of two, right after the
-course on the same machine. Jobs x floor is the part of the course no chapter's own settings can remove.
+Takes each chapter's seconds and status from the runner's ``<out>/<preset>/summary.json``, adds the total wall
+time and where the jobs' time went (``benchmarks.job_phases``: launch + init, first step, the rest, exit), and
+writes ``benchmarks/results/course_time.json`` (one entry per preset, other presets' entries kept). Goals: ci <=
+10 minutes, cpu <= 45 minutes on 2 cores. It also times the floor under every job, the preset's 8 ranks doing
+nothing (task ``noop``), right after the course: jobs x floor is what no chapter's own settings can remove.
 
     python -m benchmarks.course_time [--preset ci] [--out runs/course_bench]
     python -m benchmarks.course_time --preset cpu --floor-only     # add the floor to the stored entry
@@ -55,6 +52,7 @@ def _store(preset: str, entry: dict) -> dict:
 
 
 def main(argv=None) -> dict:
+    """Time the course for ``--preset`` (or only the noop-job floor) and store it in course_time.json."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci", choices=["ci", "cpu"])
     ap.add_argument("--out", default="runs/course_bench")

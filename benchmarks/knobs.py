@@ -1,24 +1,12 @@
 """The knobs that decide CPU throughput of 8 ranks on few cores, each measured against the preset's settings.
 
-Short runs of the preset's model (our worker unless said), alternating ``--repeats`` rounds:
-
-- ``base``: the preset with no core binding (its ``threads_per_rank``, ``dataset_workers``, GRAPH_MODE);
-- ``threads_<n>``: ``threads_per_rank=n`` (``mindspore.device_context.cpu.op_tuning.threads_num`` and
-  ``OMP_NUM_THREADS`` per rank);
-- ``bind_core``: ``bind_cores=True``, i.e. msrun ``--bind_core`` with a dict pinning rank r to core
-  ``r % cores`` (``helpers.job.launch.bind_core_map``; checked with taskset). ``--bind_core=True`` binds nothing
-  here: MindSpore's automatic strategy needs at least one core per worker ("Available CPUs is less than 1.
-  Will not enable bind core feature.");
-- ``workers_<n>``: ``dataset_workers=n`` (``num_parallel_workers`` of the dataset and its map);
-- ``model_train_graph`` vs ``model_train_pynative``: GRAPH_MODE vs PYNATIVE_MODE. Our worker has no mode
-  switch (``helpers.train.worker._setup_runtime`` sets GRAPH_MODE), so the pair runs the ``Model.train`` script
-  (``benchmarks.model_train_worker --mode``, preset comm fusion): the ratio is the mode's effect.
-- Dataset sink mode: measured in ``benchmarks.vs_model_train`` (on CPU ``Model.train`` falls back to the
-  non-sink loop; our worker has no sink mode).
-
-Each knob's ratio is img/s(variant) / img/s(its reference) (``base``, or ``model_train_graph``); the JSON's
-``recommendation`` names the settings that beat the reference by more than ``--margin`` (noise on a shared
-machine). Writes ``benchmarks/results/knobs.json``.
+Short runs of the preset's model, alternating ``--repeats`` rounds: ``base`` (the preset, no core binding);
+``threads_<n>`` (``threads_per_rank=n``); ``bind_core`` (msrun ``--bind_core`` with a dict pinning rank r to
+core ``r % cores``; ``--bind_core=True`` binds nothing with fewer cores than workers); ``workers_<n>``
+(``dataset_workers=n``); ``model_train_graph`` vs ``model_train_pynative`` (the ``Model.train`` script,
+``benchmarks.model_train_worker --mode``, since our worker has no mode switch). Each ratio is img/s(variant) /
+img/s(its reference: ``base`` or ``model_train_graph``); the JSON's ``recommendation`` names the settings that
+beat it by more than ``--margin`` (sink mode: ``benchmarks.vs_model_train``). Writes ``results/knobs.json``.
 
     python -m benchmarks.knobs [--preset ci] [--steps 10] [--repeats 2] [--threads 2] [--workers 2]
     python -m benchmarks.knobs --repeats 1 --append --only base threads_2 ...   # one more round, in this order
@@ -41,6 +29,7 @@ REFERENCES = ("base", "model_train_graph")
 
 
 def parse(argv=None) -> argparse.Namespace:
+    """The command line of this benchmark."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=10)
@@ -91,6 +80,7 @@ def recommendation(base, args, ratios: dict, ratios_best: dict) -> dict:
 
 
 def main(argv=None) -> dict:
+    """Alternate the knob variants, compute each one's ratio to its reference, save ``knobs.json``."""
     args = parse(argv)
     # the reference pins no cores (the ci/cpu presets do, because of this benchmark), so bind_core is a real toggle
     base = job_config(args.preset, chapter="bench", name="knobs-base", steps=args.steps, bind_cores=False)

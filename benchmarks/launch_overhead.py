@@ -21,6 +21,7 @@ from helpers.job.launch import find_msrun, free_port, job_env, msrun_command, ru
 
 
 def bare_msrun(cfg, root: Path) -> float:
+    """Seconds of one msrun call of the job's config with nothing of ours around it."""
     run_dir = Path(tempfile.mkdtemp(dir=root))
     cfg = cfg.replace(master_port=free_port())
     config_path = cfg.save(run_dir / "config.json")
@@ -32,12 +33,14 @@ def bare_msrun(cfg, root: Path) -> float:
 
 
 def launcher(cfg, root: Path) -> float:
+    """Seconds of one ``run_job`` of the same config."""
     t0 = time.monotonic()
     run_job(cfg, progress="none", run_root=root)
     return time.monotonic() - t0
 
 
 def main(argv=None):
+    """Alternate bare msrun and ``run_job`` of an empty job; print the times and their ratio as JSON."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--world-size", type=int, default=8)

@@ -1,14 +1,11 @@
 """mindcv's training pipeline on one rank, as mindcv's ``train.py`` builds it (runs in mindcv's own venv).
 
-mindcv's ``train.py`` lives in its GitHub repository, not in the ``mindcv`` wheel; this script makes the
-same calls with the same defaults: ``init()`` + ``set_auto_parallel_context(parallel_mode="data_parallel",
-gradients_mean=True)``, ``create_dataset`` (ImageFolder, ``num_shards``/``shard_id``, shuffle),
-``create_transforms(is_training=True)`` (RandomCropDecodeResize + horizontal flip + normalize, like our
-``stem="imagenet"`` pipeline), ``create_loader``, ``create_model``, ``create_loss("CE")``,
-``create_optimizer(opt="momentum")``, ``create_trainer`` -> ``mindspore.Model``, ``model.train(...,
-dataset_sink_mode=True)`` (mindcv's default; on CPU MindSpore runs the non-sink loop). The only addition is
-our step-timing callback (``benchmarks._steptimer``) and the config's ``threads_num`` (the same runtime
-setting our worker uses, so the two trainers are compared, not two thread settings).
+``train.py`` is in mindcv's GitHub repository, not in the ``mindcv`` wheel, so this script makes its calls with
+its defaults: the data-parallel context, ``create_dataset``, ``create_transforms(is_training=True)``,
+``create_loader``, ``create_model``, ``create_loss("CE")``, ``create_optimizer(opt="momentum")``,
+``create_trainer`` -> ``mindspore.Model``, ``model.train(..., dataset_sink_mode=True)``. The only additions are
+our step-timing callback (``benchmarks._steptimer``) and the config's ``threads_num``, so the two trainers are
+compared, not two thread settings.
 
     run_job(cfg, worker=("-m", "benchmarks.mindcv_worker", [--model resnet18] [--sink 1]), bin_dir=<mindcv venv>/bin)
 """
@@ -21,6 +18,7 @@ import sys
 
 
 def main(argv=None) -> int:
+    """Train one rank with mindcv's pipeline and write our metrics records; returns the exit code."""
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
     ap.add_argument("--model", default="resnet18")

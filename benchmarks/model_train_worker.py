@@ -1,17 +1,13 @@
 """MindSpore's high-level path on one rank: ``mindspore.train.Model(...).train(...)`` under ``DATA_PARALLEL``.
 
-What a MindSpore user writes instead of our worker: the same network (``helpers.train.models``), the same data
-pipeline (``helpers.train.data.build_dataset``: ImageFolderDataset, DistributedSampler sharding, same transforms),
-the same loss, optimizer and global batch, then ``Model(net, loss_fn, optimizer).train(...)``. Launched by
-msrun (``benchmarks.vs_model_train`` / ``benchmarks.knobs``); writes our worker's metrics records through a
-step-timing callback (``benchmarks._steptimer``), so both are read back the same way.
+What a MindSpore user writes instead of our worker: the same network, data pipeline, loss, optimizer and global
+batch, then ``Model(net, loss_fn, optimizer).train(...)``. Launched by msrun (``benchmarks.vs_model_train`` /
+``benchmarks.knobs``); it writes our worker's metrics records through ``benchmarks._steptimer``, so both are read
+back the same way. ``--fusion default``: the parallel context as the MindSpore tutorials write it (one AllReduce
+per gradient); ``config``: plus the config's ``comm_fusion`` (the setting our presets use).
 
     run_job(cfg, worker=("-m", "benchmarks.model_train_worker", [--sink 0|1] [--fusion default|config]
                                                                 [--mode graph|pynative]))
-
-``--fusion default``: ``set_auto_parallel_context(parallel_mode=DATA_PARALLEL, gradients_mean=True)`` only,
-as the MindSpore tutorials write it (one AllReduce per gradient); ``config``: plus the config's
-``comm_fusion`` (the setting our presets use).
 """
 
 from __future__ import annotations
@@ -22,6 +18,7 @@ import sys
 
 
 def main(argv=None) -> int:
+    """Train one rank with ``Model.train`` and write our metrics records; returns the exit code."""
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
     ap.add_argument("--sink", type=int, default=0)

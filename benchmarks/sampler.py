@@ -72,6 +72,7 @@ def _time_distributed_shuffle(labels, n: int, seed: int, iterate_shards: int) ->
 
 
 def main() -> dict:
+    """Time the stratified split against iterating DistributedSampler shards; returns the results dict."""
     args = _arguments()
 
     import mindspore

@@ -21,6 +21,7 @@ from helpers.core.config import job_config
 
 
 def main(argv=None) -> dict:
+    """Alternate the multi-rank job and one process on every core; save ``scaling.json``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=10)

@@ -22,6 +22,8 @@ COURSE_GOALS_S = {"ci": 600.0, "cpu": 2700.0}   # ci <= 10 min, cpu <= 45 min on
 
 @dataclass(frozen=True)
 class Row:
+    """One line of RESULTS.md: what was measured, the value, its goal and the JSON it comes from."""
+
     what: str
     measured: float | None       # None: not measured (the note says why)
     goal: str                    # ">= 1.0", "<= 0.6", "0.75..1.25", or "" (informational)
@@ -307,6 +309,7 @@ def course_timings(course_time: dict | None) -> str:
 
 
 def collect(results_dir: str | Path = RESULTS_DIR) -> dict[str, dict]:
+    """Every readable ``results/*.json`` by name (files that do not parse are skipped)."""
     out = {}
     for path in sorted(Path(results_dir).glob("*.json")):
         try:
@@ -317,6 +320,7 @@ def collect(results_dir: str | Path = RESULTS_DIR) -> dict[str, dict]:
 
 
 def current_machine() -> dict:
+    """Cores, CPU name, load average and UTC time of the machine building the table."""
     from helpers.train.conv_autoselect import cpu_name
 
     return {"cores": os.cpu_count(), "cpu": cpu_name(), "load_avg_1_5_15": list(os.getloadavg()),
@@ -324,6 +328,7 @@ def current_machine() -> dict:
 
 
 def write_results_md(results_dir: str | Path = RESULTS_DIR, path: str | Path = RESULTS_MD) -> str:
+    """Rebuild RESULTS.md from the result JSONs; returns its text."""
     results = collect(results_dir)
     text = (render(goal_rows(results), current_machine()) + measured_on(results)
             + course_timings(results.get("course_time")))

@@ -1,14 +1,11 @@
 """Our worker vs mindcv's trainer (the MindSpore model zoo, ``mindcv`` on PyPI), 8 ranks via msrun.
 
-mindcv is installed only in its own environment (``--venv``, default ``/work/venv-mindcv``; ``--setup``
-creates it with ``pip install mindspore==<ours> mindcv``), never in requirements.txt. Its ``train.py`` is
-not in the wheel, so ``benchmarks/mindcv_worker.py`` makes train.py's calls (see there). mindcv's models
-take no width multiplier, so both sides train the full ResNet-18 (``stem="imagenet"``: 7x7/2 + max-pool,
-the same layout as mindcv's ``resnet18``, 11,181,642 parameters in 62 tensors for 10 classes) on the
-digits stand-in at 32 px, with the preset's global batch and the same transforms. Ours keeps its preset
-settings (comm fusion, compile cache, conv choice); mindcv runs as train.py would (no comm fusion).
-Alternating runs; steady img/s as in ``benchmarks.vs_model_train``. If mindcv cannot be installed or
-imported, the JSON records why and no ratio.
+mindcv is installed only in its own environment (``--venv``, default ``/work/venv-mindcv``; ``--setup`` creates
+it), never in requirements.txt; ``benchmarks/mindcv_worker.py`` makes its ``train.py``'s calls. mindcv's models
+take no width multiplier, so both sides train the full ResNet-18 (``stem="imagenet"``, mindcv's ``resnet18``
+layout) on the digits stand-in at 32 px, with the preset's global batch and the same transforms. Ours keeps its
+preset settings; mindcv runs as train.py would (no comm fusion). Alternating runs; steady img/s as in
+``benchmarks.vs_model_train``. If mindcv cannot be installed or imported, the JSON records why and no ratio.
 
 Goal: ours >= 1.0x mindcv. Writes ``benchmarks/results/vs_mindcv.json``.
 
@@ -56,6 +53,7 @@ def probe(venv: str) -> dict:
 
 
 def main(argv=None) -> dict:
+    """Alternate our worker and mindcv's trainer on full ResNet-18; save ``vs_mindcv.json``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=8)

@@ -1,16 +1,11 @@
 """Our worker vs MindSpore's own high-level path, ``Model.train`` under ``DATA_PARALLEL``, on 8 ranks.
 
-Same network (``helpers.train.models``), same data pipeline and sharding, same loss/optimizer, same global batch,
-both launched by msrun; the variants alternate ``--repeats`` times (A B C D A B C D). Steady-state img/s =
-global batch / median over steps >= 2 of the slowest rank's step time (both count the wait for the batch).
-``Model.train`` variants:
-
-- ``model_train``: ``set_auto_parallel_context(parallel_mode=DATA_PARALLEL, gradients_mean=True)`` as the
-  tutorials write it (MindSpore's default: one AllReduce per gradient tensor);
-- ``model_train_fused``: plus the preset's ``comm_fusion`` (what our worker uses);
-- ``model_train_sink``: fused, ``dataset_sink_mode=True``. On CPU ``Model.train`` logs "The CPU cannot
-  support dataset sink mode currently" and runs the non-sink loop (mindspore/train/model.py), so this one
-  measures that nothing changes.
+Same network, data pipeline and sharding, loss/optimizer and global batch, both launched by msrun; the variants
+alternate ``--repeats`` times. Steady-state img/s = global batch / median over steps >= 2 of the slowest rank's
+step time (both count the wait for the batch). ``Model.train`` variants: ``model_train`` (the tutorials'
+context: one AllReduce per gradient tensor), ``model_train_fused`` (plus the preset's ``comm_fusion``, as our
+worker) and ``model_train_sink`` (fused, ``dataset_sink_mode=True``; on CPU ``Model.train`` runs the non-sink
+loop, so this measures that nothing changes).
 
 Goal: ours >= 1.0x ``Model.train``. Writes ``benchmarks/results/vs_model_train.json``.
 
@@ -33,6 +28,7 @@ MODEL_TRAIN = {"model_train": ["--fusion", "default", "--sink", "0"],
 
 
 def main(argv=None) -> dict:
+    """Alternate our worker and the ``Model.train`` variants; returns ``summarize``'s dict."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=10)
@@ -50,6 +46,7 @@ def main(argv=None) -> dict:
 
 
 def summarize(runs, base, args, root) -> dict:
+    """Median and best-step img/s per variant, ours over each, saved as ``vs_model_train.json``."""
     med, best = medians(runs), medians(runs, "best_img_per_s")
 
     def over(m):

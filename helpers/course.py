@@ -28,6 +28,8 @@ log = logging.getLogger("helpers.course")
 
 @dataclass
 class ChapterRun:
+    """How one chapter's notebook ran: status, seconds, executed notebook, HTML page, results."""
+
     stem: str
     ok: bool
     seconds: float
@@ -38,6 +40,7 @@ class ChapterRun:
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
+    """The chapter notebooks in order, or those whose names start with one of ``only``."""
     paths = sorted((course_home() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
     if only:
         paths = [p for p in paths if any(p.name.startswith(o) for o in only)]
@@ -45,6 +48,7 @@ def notebooks(only: list[str] | None = None) -> list[Path]:
 
 
 def to_html(ipynb: Path) -> Path:
+    """Write an executed notebook as HTML next to it; returns the page's path."""
     import nbformat
     from nbconvert import HTMLExporter
 
@@ -55,6 +59,7 @@ def to_html(ipynb: Path) -> Path:
 
 
 def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -> ChapterRun:
+    """Execute one notebook with papermill; a failure is recorded in the result, not raised."""
     import papermill as pm
 
     stem = path.stem
@@ -76,6 +81,7 @@ def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -
 
 
 def write_index(runs: list[ChapterRun], out: Path, preset: str) -> Path:
+    """Write ``index.html`` (per chapter: status, time, results) and ``summary.json``; returns the page."""
     rows = []
     for r in runs:
         status = "✅" if r.ok else f"❌ {html.escape(r.error)}"
@@ -96,6 +102,7 @@ table{{border-collapse:collapse}} pre{{margin:0;font-size:80%}}</style>
 
 def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[str] | None = None,
                rehearse: bool = False) -> list[ChapterRun]:
+    """Run the chosen chapters in order under ``<out>/<preset>`` and write the index page."""
     out = resolve(out) / (f"{preset}-rehearsal" if rehearse else preset)
     (out / "results").mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("COURSE_PROGRESS", "text")   # no widget front end under papermill
@@ -120,6 +127,7 @@ def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[
 
 
 def main(argv=None) -> int:
+    """The command line: ``run`` the course; returns 0 only if every chapter ran."""
     ap = argparse.ArgumentParser(prog="python -m helpers.course", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="execute every notebook in order")

@@ -30,6 +30,7 @@ def shows_stand_ins(cfg, preset: str) -> bool:
 
 
 def preflight_rows(checks) -> list[tuple]:
+    """Table rows (check, value, ✅/❌, note) for the preflight checks."""
     return [(c.name, c.value, "✅" if c.ok else "❌", c.note) for c in checks]
 
 
@@ -93,6 +94,7 @@ def loss_scale_md(cfg, result) -> str:
 
 
 def show_job_summary(cfg, result) -> None:
+    """Show how the job finished and, with a dynamic loss scale, its overflowed steps."""
     show_md(job_summary_md(cfg, result))
     if loss_scale_md(cfg, result):
         show_md(loss_scale_md(cfg, result))
@@ -105,6 +107,7 @@ def distinct_first_batches(result) -> int:
 
 
 def checksum_rows(result) -> list[tuple]:
+    """Per rank: first loss, parameter checksum and sum, to show the ranks hold the same weights."""
     return [(r, f"{result.steps[r][0]['loss']:.4f}", result.summaries[r]["checksum"][:16],
              f"{result.summaries[r]['param_sum']:.6f}") for r in result.ranks]
 

@@ -82,6 +82,7 @@ def prepare(preset: str, rehearse: bool, *, steps=None, num_classes=None, layout
 
 
 def show_setup(setup: Setup) -> None:
+    """Show the chapter's settings: the preset's, the class count, the layouts and the hybrid path."""
     show_table(config_table(setup.base) + [("num_classes", setup.base.num_classes),
                                            ("layouts", ", ".join(setup.layouts)),
                                            ("resume on", setup.resume_layout), ("hybrid path", setup.path_name)],
@@ -156,6 +157,7 @@ def strategy_rows(table: list[dict]) -> list[tuple]:
 
 
 def show_strategy_table(setup: Setup, files: dict) -> None:
+    """Show the hybrid layout's strategy file as a table: which rank holds which slice."""
     base = setup.base
     table = strategy_table(files[setup.hybrid], base.world_size,
                            param_shapes=build_full_net(base.replace(conv_impl="native"), base.num_classes))
@@ -212,6 +214,7 @@ def layout_numbers(runs: dict) -> dict:
 
 
 def plot_layouts(setup: Setup, runs: dict):
+    """Three panels across layouts: mean loss per step, img/s, classifier MB per rank."""
     nums = layout_numbers(runs)
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.5))
     for name, res in runs.items():
@@ -228,6 +231,7 @@ def plot_layouts(setup: Setup, runs: dict):
 
 
 def show_layout_table(setup: Setup, runs: dict) -> None:
+    """Per layout: classifier bytes per rank, img/s and final mean loss."""
     show_table([(n, f"{v['classifier_bytes']:,}", f"{v['img_per_s']:.1f}", f"{v['final_loss']:.4f}")
                 for n, v in layout_numbers(runs).items()],
                ["layout", "classifier bytes per rank", f"img/s ({setup.path_short})", "final mean loss"])
@@ -307,6 +311,7 @@ def merge_resplit_resume(setup: Setup, files: dict, runs: dict, proof: Proof, pr
 
 
 def plot_resume(setup: Setup, runs: dict, resume: dict):
+    """Loss of the hybrid run, then of the run resumed from its merged checkpoint on another layout."""
     fig, ax = plt.subplots(figsize=(7, 3.5))
     l0 = runs[setup.hybrid].metric("loss").mean(axis=0)
     l1 = resume["resumed"].metric("loss").mean(axis=0)

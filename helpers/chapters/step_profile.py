@@ -152,6 +152,7 @@ def fusion_settings(plan: dict, param_bytes) -> dict[str, tuple[str, dict]]:
 
 
 def sweep_row(label: str, job: ProfiledJob) -> dict:
+    """One row of the fusion sweep: AllReduce calls and mean bucket per step, step time, comm share."""
     jp = job.profile
     return dict(label=label, allreduce_per_step=jp.allreduce_per_step, bucket_mb=jp.mean_bucket_mb,
                 step_s=job.step_s, comm_share=jp.comm_share)

@@ -35,6 +35,7 @@ def as_records(claims: list[Claim]) -> list[dict]:
 
 
 def claims_markdown(claims: list[Claim]) -> str:
+    """The claims as a markdown list, each marked ✓, ✗ or • (an observation)."""
     return "\n".join(f"- {MARKS[c.holds]} {c.text}" for c in claims)
 
 

@@ -22,6 +22,7 @@ def _mp(name: str) -> int:
 
 
 def reference_claim(r: dict) -> Claim:
+    """Whether every hybrid update equals the single-process update from the same weights."""
     d, loss = r.get("max_param_diff_vs_reference"), r.get("max_loss_diff_vs_reference")
     hyb, n = r["hybrid_layout"], len(r.get("param_diff_vs_reference_per_step") or [])
     if d is None:
@@ -37,6 +38,7 @@ def reference_claim(r: dict) -> Claim:
 
 
 def bytes_claim(r: dict) -> Claim:
+    """Whether a hybrid rank held exactly 1/mp of the data-parallel classifier bytes."""
     b, hyb, dp = r["classifier_param_bytes_per_rank"], r["hybrid_layout"], r["dp_layout"]
     mp = _mp(hyb)
     return claim("classifier_bytes_divided_by_mp", b["hybrid"] * mp == b["dp"],
@@ -46,6 +48,7 @@ def bytes_claim(r: dict) -> Claim:
 
 
 def checkpoint_claim(r: dict) -> Claim:
+    """Whether ``transform_checkpoints`` merged the shards into exactly the hand-assembled weights."""
     d = r["merged_checkpoint_max_diff"]
     return claim("merged_checkpoint_identical", d == 0.0,
                  "MindSpore's `transform_checkpoints` merged the {hyb} ranks' shards into exactly the hand-assembled "
@@ -55,6 +58,7 @@ def checkpoint_claim(r: dict) -> Claim:
 
 
 def strategy_claim(r: dict) -> Claim:
+    """Whether a strategy file that does not fit the job was refused before launch."""
     return claim("bad_strategy_rejected", bool(r["bad_strategy_rejected"]),
                  "A strategy file written for 4 cards was refused before launch for {world} ranks, and 10 classes "
                  "could not be split 4 ways.",
@@ -63,6 +67,7 @@ def strategy_claim(r: dict) -> Claim:
 
 
 def oom_claims(r: dict) -> list[Claim]:
+    """Whether data parallel ran out of memory under the cap and the hybrid layout fitted under it."""
     o = r["oom"]
     f = dict(classes=o["num_classes"], dp=o["dp_layout"], hyb=o["hybrid_layout"], cap=o["cap_mb"],
              dp_peak=o["dp_vms_peak_mb"], hyb_peak=o["hybrid_vms_peak_mb"], above=o["margin_above_mb"],
@@ -88,6 +93,7 @@ def oom_claims(r: dict) -> list[Claim]:
 
 
 def throughput_claim(r: dict) -> Claim:
+    """Observation: hybrid vs data-parallel img/s on the same execution path."""
     hyb, dp = r["hybrid_layout"], r["dp_layout"]
     a, b = r["img_per_s"][hyb], r["img_per_s"][dp]
     ratio = a / b

@@ -28,6 +28,7 @@ def same_kernels(kernels: dict, conv_types, a: str = "O0", b: str = "O3") -> boo
 
 
 def fusion_claims(r: dict) -> list[Claim]:
+    """Whether fusion cut the AllReduce calls, the communication share and the step time."""
     ar, share, t = r["allreduce_per_step"], r["comm_share"], r["step_time_s"]
     f = dict(base=ar["baseline"], fused=ar["fused"], tensors=r["gradient_tensors"],
              share_base=_pct(share["baseline"]), share_fused=_pct(share["fused"]),
@@ -52,6 +53,7 @@ def fusion_claims(r: dict) -> list[Claim]:
 
 
 def comm_fusion_api_claims(r: dict) -> list[Claim]:
+    """What ``Cell.set_comm_fusion`` ids alone do, and whether ``ops.comm_fusion`` exists."""
     ids, base = r["cell_comm_fusion_allreduce_per_step"], r["allreduce_per_step"]["baseline"]
     on = r["fusion_enabled_by_default"]
     why = (" AllReduce fusion is off in a fresh process (`get_enable_all_reduce_fusion()` → False), "
@@ -77,6 +79,7 @@ def comm_fusion_api_claims(r: dict) -> list[Claim]:
 
 
 def amp_claims(r: dict) -> list[Claim]:
+    """The ``Cast`` kernels AMP adds, the kernels O3 leaves separate, and (observed) AMP's speed."""
     cast, kernels, conv = r["amp_cast_kernels_per_step"], r["amp_kernels_per_step"], r["conv_kernel_types"]
     casts = ", ".join(f"{k} {cast[k]:.0f}" for k in ("O0",) + AMP_LEVELS)
     impl = r["conv_impl"]
@@ -119,6 +122,7 @@ def amp_claims(r: dict) -> list[Claim]:
 
 
 def measurement_claims(r: dict) -> list[Claim]:
+    """Observations: profiler overhead, the reduction's cost without a profiler, before/after."""
     ov = r["profiler_overhead_ratio"]
     share_np, share_p = r["comm_share_without_profiler"], r["comm_share"]["baseline"]
     agree = abs(share_np - share_p) <= AGREE_POINTS

@@ -1,54 +1,14 @@
 """Per-card peak training memory of our ResNets, predicted from layer shapes before anything is launched.
 
-Why a planner: an out-of-memory failure costs a whole job start (minutes on 8 cards) and says little about
-*why*. Walking the same layout as ``helpers.train.models`` on paper tells, per layer, what a training step keeps
-alive, so "does ResNet-152 at batch 64 fit in 40 GB?" and "which micro-batch and how many accumulation
-steps reach global batch B?" are answered in milliseconds. The planner imports no MindSpore and builds no
-cell (a notebook kernel stays light); the tests check it against the real cells.
-
-What is counted (per card, one optimizer step):
-
-- parameters: trainable weights plus BatchNorm running statistics (always fp32);
-- gradients: one per trainable parameter;
-- optimizer state: Momentum keeps one buffer per parameter, Adam two (first and second moment), plain SGD
-  none;
-- accumulation buffer: one gradient-sized buffer when ``accumulation_steps > 1`` (``helpers.train.grad_accumulation``
-  sums micro-batch gradients into zero-initialised Parameters);
-- activations kept for the backward pass, per image, counted once per tensor:
-  the input image; each convolution's output (the BatchNorm input, which BatchNorm's backward reads); each
-  ReLU output (ReLU's backward reads its output; it is also the next convolution's input, so a native
-  convolution adds nothing of its own); the max-pool output (MindSpore's ``MaxPoolGrad`` reads input and
-  output); the pooled features (the classifier's input); logits and softmax. BatchNorm outputs are not kept:
-  ReLU and the residual Add do not need their inputs for backward.
-  With ``conv_impl="im2col"`` every convolution larger than 1x1 also keeps its unfolded columns
-  (``C*k*k`` times the output positions, about 9x its input for a 3x3 stride-1 convolution) and a
-  per-image copy of its weight: ``ops.matmul`` of a 2-D weight with 3-D columns broadcasts the weight to
-  every image, and its backward multiplies the output gradient by a per-image broadcast of the transposed
-  weight. That backward broadcast depends only on the weight, so MindSpore's dataflow runtime may build it
-  as soon as the step starts; the planner counts it as kept;
-- workspace: the largest transient of any single layer's backward (output gradient, input gradient and,
-  for im2col, the column gradient and the transposed copy of the columns that the weight gradient
-  multiplies), a floor for what is live on top of the kept activations;
-- ``overhead_bytes``: a fixed cost the caller supplies (runtime, CUDA context, allocator caches; on CPU the
-  resident memory measured before the first step). It defaults to 0 because it depends on the device and
-  framework, not on the model.
-
-Precision: ``"fp32"`` stores everything in 4 bytes; ``"fp16"`` stores everything in 2 bytes (pure half
-precision, shown for comparison); ``"mixed"`` keeps fp32 master weights, gradients and optimizer state,
-an fp16 working copy of the weights, and fp16 activations. MindSpore's ``amp_level="O2"`` keeps BatchNorm
-in fp32, so the BatchNorm inputs it saves are fp32 and it needs more than this estimate; on CPU AMP was
-measured to use *more* memory than fp32.
-
-What is not counted: framework-specific reuse or fragmentation, cuDNN algorithm workspaces, data-loader
-buffers, communication buffers. Compare the activation slope (bytes per image of batch), which is what the
-model decides, rather than absolute totals. On CPU (MindSpore 2.10, GRAPH_MODE) the measured RSS slope of
-a native-convolution step matched ``activation_bytes_per_image`` closely on an AVX2 CPU; on AVX-512 CPUs
-oneDNN's composite NCHW convolution also books NHWC copies of each convolution's input and output
-(``helpers.topics.memory_scenarios.onednn_ncsp_copy_bytes_per_image``: with them the chapter 02 sweep
-is matched again), while an im2col step measured
-several times more: the backward of ``ops.matmul`` also transposes the columns for the weight gradient
-(MindSpore's CPU Transpose is memory-hungry) and the dataflow runtime starts such work early. That is
-the implementation's cost, not the model's; the planner does not guess it, the chapter measures it.
+Imports no MindSpore and builds no cell: it walks the layout of ``helpers.train.models`` (tests check it
+against the real cells). Counted per card and optimizer step: parameters (BatchNorm running statistics always
+fp32), gradients, optimizer state (SGD 0, Momentum 1, Adam 2 buffers per parameter), one accumulation buffer
+when ``accumulation_steps > 1``, the activations kept for the backward pass (with ``conv_impl="im2col"`` also
+the unfolded columns and a per-image weight copy), the largest single-layer backward workspace, and
+``overhead_bytes`` (runtime and allocator; default 0, supplied by the caller). ``"mixed"`` precision is fp32
+weights, gradients and optimizer state plus fp16 activations and weight copy. Not counted: framework reuse and
+fragmentation, cuDNN workspaces, data-loader and communication buffers, oneDNN layout copies; compare the
+activation slope (bytes per image), not absolute totals.
 """
 
 from __future__ import annotations
@@ -58,7 +18,7 @@ from dataclasses import dataclass
 from helpers.core.errors import ConfigError
 
 # The same layout tables as helpers.train.models (shared, MindSpore-free).
-from helpers.core.resnet_layout import ARCHS, BASE_WIDTHS  # noqa: E402
+from helpers.core.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION  # noqa: E402
 
 STEMS = ("imagenet", "small")
 CONV_IMPLS = ("native", "im2col")
@@ -225,7 +185,7 @@ class _Walker:
         if kind == "basic":
             plan = [(width, 3, stride, True), (width, 3, 1, False)]
         else:
-            plan = [(width, 1, 1, True), (width, 3, stride, True), (width * 4, 1, 1, False)]
+            plan = [(width, 1, 1, True), (width, 3, stride, True), (width * EXPANSION[kind], 1, 1, False)]
         c, hh, ww = cin, h, w
         for i, (cout, k, s, relu) in enumerate(plan, 1):
             c, hh, ww = self.conv(f"{prefix}.conv{i}", prefix, c, hh, ww, cout, k, s)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 
 def metrics_path(run_dir: str | Path, rank: int) -> Path:
+    """The rank's metrics file: ``<run_dir>/metrics/rank_<rank>.jsonl``."""
     return Path(run_dir) / "metrics" / f"rank_{rank}.jsonl"
 
 

@@ -52,6 +52,7 @@ def code_root() -> Path:
 
 
 def course_home() -> Path:
+    """The folder runs, data and results live under (the rules are in the module docstring)."""
     env = os.environ.get("COURSE_HOME")
     if env:
         return Path(env).resolve()

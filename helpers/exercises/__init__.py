@@ -1,23 +1,13 @@
 """Checkers for the exercises at the end of each chapter: one function per exercise.
 
-Each checker takes the participant's ``answer``, works the expected value out with the course's own
-helpers (the sampler, the balance metrics, the memory planner, the strategy layout, the profile
-parser), prints one line that starts with ``right``, ``wrong, because ...`` or ``not attempted yet``, and
-returns ``True`` only for a right answer. ``None`` (the placeholder in the notebooks) is "not attempted
-yet"; an answer of the wrong shape is "wrong", never an exception. No checker starts a job: each runs in
-well under a second or two in the notebook kernel (chapter 01's imports MindSpore's dataset module).
-
-Strict on purpose: an answer is right only when it is the exact value in the type the prompt asks for
-(a tuple where the prompt writes one, ``int`` where it asks for a count or a rank; numpy integers count
-as ints, because the course's helpers return them). Each typical mistake (off by one, swapped tuple,
-global instead of per-card batch, a split that fits but is not the one asked for, pooled instead of
-per-rank mean, a string, a bool, a float, a value rounded coarser than the stated precision) is rejected
-with a hint that names it.
-
-The inputs each exercise is about are module constants, so the notebook shows the same numbers the
-checker uses. The checkers live in one module per chapter (``helpers/exercises/ch00.py`` ..
-``_ch04.py``; reading answers: ``helpers/exercises/common.py``); import them from here. Worked answers:
-``solutions/ch00.py`` .. ``solutions/ch04.py``.
+Each checker takes the participant's ``answer``, works the expected value out with the course's own helpers,
+prints one line that starts with ``right``, ``wrong, because ...`` or ``not attempted yet``, and returns ``True``
+only for a right answer. ``None`` (the notebooks' placeholder) is "not attempted yet"; an answer of the wrong
+shape is "wrong", never an exception. No checker starts a job. Strict on purpose: an answer is right only as the
+exact value in the type the prompt asks for (numpy integers count as ints); each typical mistake is rejected
+with a hint that names it. The inputs of each exercise are module constants, so the notebook shows the numbers
+the checker uses. Checkers live in ``helpers/exercises/chNN.py`` (reading answers: ``common.py``); import them
+from here. Worked answers: ``solutions/ch00.py`` .. ``solutions/ch04.py``.
 """
 
 from __future__ import annotations

@@ -47,6 +47,7 @@ FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise
 
 # ---------------------------------------------------------------- command and environment
 def python_bin_dir() -> Path:
+    """The running interpreter's ``bin`` folder, where its environment's msrun lives."""
     return Path(sys.executable).parent
 
 

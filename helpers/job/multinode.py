@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class TwoNodeNet:
+    """The veth pair and namespace that make node 1 a separate host: names and both nodes' addresses."""
     namespace: str
     master_addr: str      # node 0 (this namespace's end of the veth pair)
     node1_addr: str       # node 1, inside ``namespace``

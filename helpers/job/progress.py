@@ -12,6 +12,7 @@ import time
 
 
 def widgets_available() -> bool:
+    """True when ipywidgets can be shown (a Jupyter kernel) and ``COURSE_PROGRESS`` is not ``text``."""
     if os.environ.get("COURSE_PROGRESS", "auto") == "text":
         return False
     try:
@@ -105,6 +106,8 @@ def make_progress(title: str, ranks, total: int, mode: str = "auto"):
 
 
 class NullProgress:
+    """A progress display that shows nothing (``mode="none"``)."""
+
     def update(self, *a, **k):
         pass
 

@@ -37,6 +37,7 @@ def process_start(pid: int) -> float:
 
 
 def launcher_alive(pid: int, start: float) -> bool:
+    """True while process ``pid``, started at ``start``, runs (a reused pid or a zombie does not count)."""
     try:
         proc = psutil.Process(pid)
         return abs(proc.create_time() - start) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
@@ -55,6 +56,7 @@ def signal_name(returncode: int) -> str | None:
 
 
 def write_exit_record(run_dir: Path, who: str, returncode: int, reason: str) -> None:
+    """Write ``metrics/exit_<who>.json`` (return code, signal name, reason, time) atomically."""
     path = exit_record_path(run_dir, who)
     path.parent.mkdir(parents=True, exist_ok=True)
     rec = dict(who=who, returncode=returncode, signal=signal_name(returncode), reason=reason, time=time.time())

@@ -27,6 +27,7 @@ def register(job_id: str, run_dir: Path) -> Path:
 
 
 def unregister(job_id: str) -> None:
+    """Forget a job (its registry file); no error if it is already gone."""
     try:
         (resolve(REGISTRY) / f"{job_id}.json").unlink()
     except FileNotFoundError:

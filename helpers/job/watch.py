@@ -62,6 +62,7 @@ def worker_pids(procs) -> dict[int, int]:
 
 
 def alive(pid: int) -> bool:
+    """True while process ``pid`` exists and is not a zombie."""
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:

@@ -50,4 +50,5 @@ def record_results(path: str | Path, show: bool = True, **values) -> dict:
 
 
 def load_results(path: str | Path) -> dict:
+    """A recorded results file, read back as a dict (relative paths from the course home)."""
     return json.loads(resolve(path).read_text())

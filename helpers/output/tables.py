@@ -16,10 +16,12 @@ def md_table(rows, headers) -> str:
 
 
 def show_md(text: str) -> None:
+    """Display Markdown text in the notebook."""
     from IPython.display import Markdown, display
 
     display(Markdown(text))
 
 
 def show_table(rows, headers) -> None:
+    """Display ``rows`` under ``headers`` as a Markdown table in the notebook."""
     show_md(md_table(rows, headers))

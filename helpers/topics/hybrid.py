@@ -52,6 +52,7 @@ def classifier_saving_mb(feature_dim: int, num_classes: int, layout: Layout) -> 
 
 
 def classifier_bytes_planned(feature_dim: int, num_classes: int, layout: Layout) -> int:
+    """Classifier bytes one rank of ``layout`` should hold (the planner's count)."""
     return classifier_param_bytes(feature_dim, num_classes, layout.mp)
 
 

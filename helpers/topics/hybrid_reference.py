@@ -1,24 +1,11 @@
 """The proof of chapter 03: every update of a hybrid run equals the single-process update from the same weights.
 
 The reference (``reference_train``) is one process training the full network on the same global batch, with
-BatchNorm fed each rank's micro-batch separately (as every data-parallel rank does).
-
-Why the proof follows the hybrid run step by step (``follow=``) instead of comparing two free-running
-trajectories: this network's gradient is not a continuous function of its weights (at a ReLU it jumps where
-a pre-activation crosses zero; which kink is hit was not pinned down). Float32 rounding that
-differs between two correct implementations (the order of a sum: a split matmul + ``AllReduce`` vs one
-matmul, float32 vs float64 accumulation) moves weights by ~1e-8, and now and then that tips one rank's
-micro-batch over a kink: its gradient jumps by 1e-4..4e-2 and momentum carries the jump on. Measured (ci
-model, 12 classes, 4x2, 4 steps): free-running, the hybrid run and the reference part from step 1 (max weight
-difference 1.6e-2 after 4 steps), yet the reference's own gradient code evaluated *at the hybrid run's
-weights* reproduces every rank's hybrid gradient to <= 1e-6 at every step, and moving ``stem.0.weight``
-by fractions of its 6e-7 difference changes one rank's gradient in a single jump (4e-6 -> 3.8e-2), not
-gradually. Two single-process references that differ only in summing the ranks' gradients in float32
-instead of float64 already end 2.4e-5 apart after 4 steps. So the reference starts each step from the hybrid
-run's own weights (``trace_dir``, written by the workers) and one update is compared at a time: that is
-exact to float rounding and is the claim that matters (each hybrid step performs the single-process update).
-Pure data parallel (8x1) through the same code was earlier measured within 5e-7 free-running for 4-5 steps: its
-rounding also differs from the reference's (float32 AllReduce vs float64 host sum), it just tipped no kink then.
+BatchNorm fed each rank's micro-batch separately (as every data-parallel rank does). It follows the hybrid run
+step by step (``follow=``): each step starts from the hybrid run's own weights (``trace_dir``, written by the
+workers) and one update is compared at a time, which is exact to float rounding. Two free-running trajectories
+are not compared: this network's gradient jumps where a ReLU input crosses zero, and float32 rounding that
+differs between two correct implementations (the order of a sum) now and then tips a rank over such a kink.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """One rank's kernel executions from a profiler trace: named, split into steps, summed into compute / communication / idle.
 
-On CPU a rank's ``ASCEND_PROFILER_OUTPUT/trace_view.json`` is a Chrome trace (a JSON list). Process ``CPU OP`` has
-one complete event (``"ph": "X"``) per kernel execution, named by its full scope
-(``Default/grad_reducer-DistributedGradReducer/AllReduce-op39``), with ``ts``/``dur`` in microseconds as strings
-(``ts`` is wall-clock time since the epoch, the clock of ``time.time()``). Process ``Scope Layer`` holds the scope
-hierarchy (overlapping spans; not used for the sums). ``FRAMEWORK/cpu_framework_<rank>.txt`` has one line per
-kernel execution, ``type;name;graph;input_1:[shape];...``: the source of the bytes each AllReduce moves.
-
-There are no step markers in the CPU trace. A GRAPH_MODE step runs every kernel of the graph exactly once, so
-the k-th execution of each kernel belongs to the k-th profiled step (:func:`split_steps`). Per step: ``comm`` is
-the time inside communication kernels (AllReduce and friends; on CPU that includes waiting for the slowest rank
-to arrive), ``compute`` the time inside every other kernel, ``idle`` the gaps between kernels.
-
-On Ascend ``NpuProfiler.analyse`` writes the same file (``AscendTimelineViewer``,
-``analysis/viewer/ascend_timeline_viewer.py``) with the device kernels in process ``Ascend Hardware`` and the
-collectives in ``HCCL`` (``profiler/common/constant.py`` ``TimelineLayerName``); the collective rows are named
-``hcom_allReduce__<id>_<n>_<n>`` (the patterns in ``analysis/viewer/ascend_step_trace_time_viewer.py``). Only
-the ``hcom_*`` rows of ``HCCL`` count as communication here; its other rows (the per-link tasks msprof puts
-under the same process) and any ``hcom_*`` copy in ``Ascend Hardware`` are left out, so a collective is counted once.
-GPU kernels come from ``activity_execute_timestamp_<dev>.txt`` (:func:`parse_gpu_activity_timestamps`; the
-file is described in :mod:`helpers.topics.rank_profile`).
+On CPU ``ASCEND_PROFILER_OUTPUT/trace_view.json`` is a Chrome trace: process ``CPU OP`` has one ``"ph": "X"``
+event per kernel execution, named by its full scope, with ``ts``/``dur`` in microseconds as strings (``ts`` on
+the clock of ``time.time()``); ``FRAMEWORK/cpu_framework_<rank>.txt`` has each kernel execution's input shapes,
+the source of the bytes each AllReduce moves. There are no step markers: a GRAPH_MODE step runs every kernel of
+the graph once, so the k-th execution of each kernel belongs to the k-th profiled step (:func:`split_steps`).
+Per step ``comm`` is the time inside communication kernels (on CPU including the wait for the slowest rank),
+``compute`` inside every other kernel, ``idle`` the gaps. On Ascend only the ``hcom_*`` rows of process ``HCCL``
+count as communication, so a collective is counted once; GPU kernels come from
+:func:`parse_gpu_activity_timestamps`.
 """
 
 from __future__ import annotations
@@ -61,6 +50,7 @@ def op_type(name: str) -> str:
 
 
 def is_comm(name: str) -> bool:
+    """Whether a kernel name is a communication kernel (AllReduce and friends)."""
     return op_type(name) in COMM_OP_TYPES
 
 

@@ -1,27 +1,13 @@
 """Measured memory of training on CPU, to set next to ``helpers.core.memory_planner``'s predictions (chapter 02).
 
-On CPU ``mindspore.runtime.max_memory_allocated()`` returns 0 (documented, and recorded by
-``measure_step_memory`` as ``allocator_max_allocated_mb``), so memory is measured from the operating
-system: resident set size (RSS) and virtual size (VMS) per process.
-
-Two sources:
-
-- a finished job (``JobResult``): every rank records ``rss_peak_mb`` (``ru_maxrss``), ``rss_mb`` and
-  ``vms_peak_mb`` after each step and a ``ready`` record before its first step; ``job_memory`` turns them
-  into per-rank peaks and "activation" memory = peak RSS minus the ``ready`` RSS. That difference also
-  holds what the first step's graph compilation leaves behind (less when the graph comes from the compile
-  cache), so compare jobs whose compile-cache state is the same, and prefer batches whose activations
-  dwarf it;
-- ``measure_step_memory``: one training step of a model in a fresh single process (a subprocess, so the
-  notebook kernel never builds a graph), peak RSS of the steady steps only: after a first step that
-  compiles, the kernel's peak counter is reset (``/proc/self/clear_refs``) and read again after the next
-  steps. ``sweep`` repeats it over batch sizes and ``fit_slope`` gives the measured MiB per image of
-  batch, which is what the planner's ``activation_bytes_per_image`` (+ workspace) predicts.
-
-What the address-space cap sees: ``mem_cap_mb`` is an ``RLIMIT_AS`` cap, so it counts virtual memory,
-which on CPU peaks well above RSS: MindSpore's CPU memory pool reserves address space in blocks of
-1 GiB (``mempool_block_size`` cannot be set below 1 GB), so a cap only bites when a batch needs more
-than the address space its rank already reserved; ``cap_below`` places a cap under a measured run's peak.
+On CPU ``mindspore.runtime.max_memory_allocated()`` returns 0, so memory is measured from the operating system:
+RSS and VMS per process. ``job_memory`` reads a finished job: per-rank peaks and "activation" memory = peak RSS
+minus the RSS before the first step, which also holds what compilation leaves behind (so compare jobs with the
+same compile-cache state). ``measure_step_memory`` runs one model's steps in a fresh subprocess (the notebook
+kernel never builds a graph) and reads the peak RSS of the steady steps only; ``sweep`` and ``fit_slope`` give
+the measured MiB per image of batch, which the planner's ``activation_bytes_per_image`` (+ workspace) predicts.
+``mem_cap_mb`` is an ``RLIMIT_AS`` cap: it counts virtual memory, which MindSpore's CPU memory pool reserves in
+1 GiB blocks, so ``cap_below`` places a cap under a measured run's peak.
 """
 
 from __future__ import annotations

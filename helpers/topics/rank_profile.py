@@ -1,26 +1,13 @@
 """Where each rank's profiler output is on disk, and one rank read into profiled steps.
 
-A job run with ``profile=True`` (``helpers.train.profiler_session``) leaves, per rank on CPU and Ascend, one
-folder ``<run_dir>/profile/<host>_<pid>_<stamp>_ascend_ms/`` holding ``ASCEND_PROFILER_OUTPUT/trace_view.json``
-(:mod:`helpers.topics.kernel_trace`) and ``FRAMEWORK/`` (``cpu_framework_<rank>.txt``,
-``cpu_op_execute_timestamp_<rank>.txt``, ``cpu_op_type_info_<rank>.csv``, ``cpu_op_detail_info_<rank>.csv``).
-The rank is only in these file names: the trace itself does not say which rank wrote it.
-
-On GPU (read from the 2.10 wheel and the C++ sources it was built from): ``GpuProfiler.analyse``
-(``mindspore/profiler/platform/gpu_profiler.py``) is empty, and ``CpuProfiler.analyse`` returns unless the device
-target set is ``{"CPU"}`` (``platform/cpu_profiler.py``), so a GPU job gets no ``trace_view.json``. What it has is
-written by the GPU plugin's ``GpuDataSaver`` (``libmindspore_gpu.so.11.x``; ``gpu_data_saver.cc``) straight into
-the profiler's ``output_path``, i.e. ``<run_dir>/profile/`` itself, keyed by the CUDA device id (= the rank on one
-node): ``gpu_op_type_info_<dev>.csv`` (the CPU table's columns), ``gpu_op_detail_info_<dev>.csv``,
-``gpu_activity_data_<dev>.csv`` (per kernel name: ``name,type,op_full_name,stream_id,block_dim,grid_dim,...``),
-``start_time_<dev>.txt`` and ``activity_execute_timestamp_<dev>.txt``: one line per device kernel execution,
-``kernel_name;stream_id;start_ns;duration_us`` (CUPTI clock in ns; duration ``(end - start) / kTimeUnit`` with
-``kTimeUnit = 1000``). Kernel names are demangled with the leading ``void `` dropped (``GetKernelFunc`` /
-``GetKernelFuncName`` in ``gpu_profiling.cc``); the bundled NCCL 2.16.5 (``plugin/gpu11.x/libnccl.so.2``) names
-its collectives ``ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)`` (NCCL >= 2.19
-spells them ``ncclDevKernel_AllReduce_Sum_f32_RING_LL``). :func:`read_rank` builds the GPU timeline from that file
-(the op table is the fallback). The host side of a GPU job still makes a ``*_ascend_ms/FRAMEWORK`` folder per
-rank; :func:`rank_dirs` prefers the GPU files for such a rank.
+CPU and Ascend: a job run with ``profile=True`` leaves per rank a folder
+``<run_dir>/profile/<host>_<pid>_<stamp>_ascend_ms/`` with ``ASCEND_PROFILER_OUTPUT/trace_view.json``
+(:mod:`helpers.topics.kernel_trace`) and ``FRAMEWORK/`` (``cpu_framework_<rank>.txt`` and the op tables); the
+rank is only in these file names. GPU (MindSpore 2.10): a job gets no ``trace_view.json``; the GPU plugin writes
+``gpu_op_type_info_<dev>.csv``, ``activity_execute_timestamp_<dev>.txt`` (one line per kernel execution,
+``kernel_name;stream_id;start_ns;duration_us``) and more straight into ``<run_dir>/profile/``, keyed by the CUDA
+device id (= the rank on one node). :func:`read_rank` builds the GPU timeline from the timestamps (the op table
+is the fallback); :func:`rank_dirs` prefers the GPU files for a rank that also has a host-side ``*_ascend_ms``.
 """
 
 from __future__ import annotations
@@ -68,12 +55,15 @@ def rank_dirs(profile_dir: str | Path) -> dict[int, Path]:
 
 
 def read_trace(path: str | Path) -> list[dict]:
+    """The events of a Chrome trace file (a bare list or ``{"traceEvents": [...]}``)."""
     data = json.loads(Path(path).read_text())
     return data["traceEvents"] if isinstance(data, dict) else data
 
 
 @dataclass
 class RankProfile:
+    """One rank's profiled steps: per-step breakdown, kernel events, AllReduce sizes, op table."""
+
     rank: int
     folder: Path
     steps: list[StepBreakdown]
@@ -107,6 +97,7 @@ def rank_from_op_table(folder: Path, rank: int, table: dict[str, tuple[int, floa
 
 
 def read_rank(folder: str | Path, rank: int, n_steps: int | None = None, device_target: str = "CPU") -> RankProfile:
+    """Read one rank's profiler folder into steps (GPU: its timestamp file, else the op table)."""
     folder = Path(folder)
     trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     if device_target == "GPU":

@@ -1,31 +1,14 @@
 """Numerical checks that gradient accumulation gives the big batch's gradient (chapter 02).
 
-What is compared is the gradient the optimizer receives, captured by an optimizer that stores its input
-instead of changing the weights (so every path starts from the same weights; with Momentum the first
-update is ``-lr * (grad + weight_decay * w)``, so a difference in gradient is the difference in update
-divided by the learning rate). The paths are the real training cells:
+Each path's gradient is captured by an optimizer that stores it and leaves the weights, so all start from the
+same weights: ``nn.TrainOneStepCell`` on the whole per-rank batch, ``AccumulatingTrainStep`` on K contiguous
+micro-batches, and MindSpore's ``nn.GradAccumulationCell`` / ``parallel.nn.GradAccumulation``. A small net
+without BatchNorm must match to float rounding; the course ResNet cannot (BatchNorm normalises each
+micro-batch with its own statistics), and with its BatchNorm frozen must match again. The built-in cells sum
+the K micro-batch mean losses; ``compare``'s ``ratio`` measures that factor.
 
-- full batch: ``nn.TrainOneStepCell`` on the whole per-rank batch; under DATA_PARALLEL its
-  ``DistributedGradReducer`` averages the ranks' gradients with an AllReduce, so this is the gradient of
-  the mean loss over the global batch;
-- accumulated: ``helpers.train.grad_accumulation.AccumulatingTrainStep`` on the same images split into K contiguous
-  micro-batches (K micro-steps without communication, then one AllReduce);
-- MindSpore's own cells: ``nn.GradAccumulationCell`` and ``mindspore.parallel.nn.GradAccumulation`` wrapped
-  in ``TrainOneStepCell``, fed the whole batch (they slice it into K micro-batches themselves).
-
-Two networks: a small convolutional net without BatchNorm, where accumulation must match to float
-rounding, and the course's ResNet with BatchNorm, where it cannot: in training mode BatchNorm normalises
-each micro-batch with that micro-batch's mean and variance, so the K micro-batch losses are different
-functions of the weights from the full batch's loss (not a rounding effect; it shrinks as micro-batches
-grow). The same ResNet is then checked once more with its BatchNorm frozen (``use_batch_statistics=False``:
-it normalises with the running statistics the previous steps left, as in eval mode, while the weights
-still train): the normalisation no longer depends on which images share a micro-batch, so accumulation
-must match to float rounding again. That isolates the cause on the very network that showed the gap. The built-in cells add up the K micro-batch losses (each already a mean), so their gradient is K
-times the mean gradient; ``builtin_ratio`` measures that factor as the projection of their gradient on the
-true one.
-
-``check_local`` runs everything in this process (one rank, no communication: the unit test);
-``run_task`` is ``task="grad_check"`` of ``helpers.train.worker``, on every rank after ``init()``.
+``check_local`` runs everything in this process (one rank, the unit test); ``run_task`` is
+``task="grad_check"`` of ``helpers.train.worker``, on every rank after ``init()``.
 """
 
 from __future__ import annotations
@@ -39,6 +22,8 @@ BUILTIN_CELLS = ("nn.GradAccumulationCell", "parallel.nn.GradAccumulation")
 
 
 class GlobalAvgPool(nn.Cell):
+    """Mean over the spatial axes (H, W) of an NCHW tensor."""
+
     def construct(self, x):
         return ops.mean(x, (2, 3))
 
@@ -85,6 +70,7 @@ def _loss_cell(net):
 
 
 def full_batch_grads(net, images, labels) -> list[np.ndarray]:
+    """The gradient ``nn.TrainOneStepCell`` hands its optimizer for the whole batch (the reference)."""
     cap = CaptureGrads(net.trainable_params())
     step = nn.TrainOneStepCell(_loss_cell(net), cap)
     step.set_train()
@@ -93,6 +79,7 @@ def full_batch_grads(net, images, labels) -> list[np.ndarray]:
 
 
 def accumulated_grads(net, images, labels, k: int) -> list[np.ndarray]:
+    """The gradient ``AccumulatingTrainStep`` hands its optimizer after k contiguous micro-batches."""
     from helpers.train.grad_accumulation import AccumulatingTrainStep
 
     cap = CaptureGrads(net.trainable_params())
@@ -103,6 +90,7 @@ def accumulated_grads(net, images, labels, k: int) -> list[np.ndarray]:
 
 
 def builtin_cell_grads(net, images, labels, k: int, which: str) -> list[np.ndarray]:
+    """The gradient MindSpore's accumulation cell ``which`` (one of ``BUILTIN_CELLS``) hands its optimizer."""
     if which == "nn.GradAccumulationCell":
         wrapped = nn.GradAccumulationCell(_loss_cell(net), k)
     elif which == "parallel.nn.GradAccumulation":

@@ -1,25 +1,14 @@
-"""Gradient accumulation equivalent to the big batch (exactly without BatchNorm), for DATA_PARALLEL in GRAPH_MODE.
+"""Gradient accumulation equal to the big batch (exactly without BatchNorm), for DATA_PARALLEL in GRAPH_MODE.
 
-K micro-steps each compute the gradient of the *mean* loss of a micro-batch, scaled by ``1/K`` (the scale
-is the backward pass's initial gradient, so it costs no extra kernel), and add it into zero-initialised
-buffers, with no communication; then one step averages the buffers across ranks (one AllReduce per
-buffer, or fused by ``comm_fusion``) and applies the optimizer, and the buffers are zeroed. Without
-BatchNorm this equals the full-batch gradient up to float rounding; with BatchNorm it cannot be exact,
-because each micro-batch is normalised with its own statistics (chapter 02 shows by how much).
-
-Cost on CPU (measured in chapter 02 and ``benchmarks/accumulation.py``): every micro-step is a whole
-graph launch whose fixed cost (a few hundred kernels, each with a launch overhead) does not shrink with
-the micro-batch, so accumulation is nearly free when a micro-batch is large enough to dominate that cost
-and expensive when it is tiny (2 images of the ``ci`` model). Each step therefore avoids everything
-that is not needed: no per-parameter rescaling kernels, no copies of the buffers before the reduction
-(auto-monad orders the reads before the zeroing), and a single host synchronisation per optimizer step.
-The two graphs are compiled once; the reducer is the same ``nn.DistributedGradReducer`` that
-``TrainOneStepCell`` uses, so ``comm_fusion`` fuses its AllReduces the same way (checked in the IR: one
-fused AllReduce with ``comm_fusion={"allreduce": {"mode": "auto", "config": None}}``).
-
-Why not MindSpore's own cells: ``Model`` has no accumulation argument, and ``nn.GradAccumulationCell`` /
-``parallel.nn.GradAccumulation`` (pipeline-parallel tools) sum the micro-batch losses, so their gradient
-is K times the mean's, and they keep the whole batch's activations alive.
+K micro-steps each add ``1/K`` times the gradient of a micro-batch's *mean* loss into zero-initialised
+buffers, without communication; then one step averages the buffers across ranks (the same
+``nn.DistributedGradReducer`` as ``TrainOneStepCell``, so ``comm_fusion`` applies), applies the optimizer and
+zeroes the buffers. With BatchNorm it cannot be exact: each micro-batch is normalised with its own statistics
+(chapter 02 shows by how much). On CPU every micro-step is a whole graph launch with a fixed cost, so
+accumulation is cheap for large micro-batches and expensive for tiny ones (chapter 02,
+``benchmarks/accumulation.py``). MindSpore's own ``nn.GradAccumulationCell`` /
+``parallel.nn.GradAccumulation`` are not used: they sum the micro-batch losses (K times the mean's gradient)
+and keep the whole batch's activations alive.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ _HELPERS = str(Path(__file__).resolve().parents[1])   # the helpers package: fra
 
 
 def beat_path(run_dir: str | Path, rank: int) -> Path:
+    """The rank's heartbeat file: ``<run_dir>/metrics/beat_<rank>.json``."""
     return Path(run_dir) / "metrics" / f"beat_{rank}.json"
 
 
@@ -69,6 +70,7 @@ class Heartbeat:
 
 
 def read_beat(run_dir: str | Path, rank: int) -> dict | None:
+    """The rank's last heartbeat, or None when there is none or it cannot be read."""
     try:
         return json.loads(beat_path(run_dir, rank).read_text())
     except (OSError, ValueError):

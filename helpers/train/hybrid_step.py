@@ -1,19 +1,12 @@
 """The train step of a hybrid (data x model) parallel job, built on each rank from the strategy file.
 
-- **CPU**: ``SEMI_AUTO_PARALLEL`` is refused on CPU, so the layout is built from explicit collectives. The backbone
-  is data parallel over all ranks; the classifier ``fc`` is cut per the file's layout of ``fc.weight``/``fc.bias``
-  (``helpers.train.hybrid_classifier.cut_classifier``), so rank ``(d, m)`` of a ``[dp, mp]`` device matrix holds
-  class rows block ``m``. Forward, inside each model-parallel group (``create_group``): the ranks' features are
-  gathered ("place my block in a zero tensor, then ``AllReduce(SUM, group)``" - ``AllGather`` works on the world
-  group only on CPU), each rank computes its slice of the logits, the slices are gathered the same way, and each
-  rank takes the cross entropy of its own samples. MindSpore differentiates through both gathers (the backward of
-  ``AllReduce(SUM)`` is an ``AllReduce(SUM)`` of the gradient), so each rank ends up with the gradient of its
-  group's summed loss. Gradient scaling, for an update equal to single-process training on the same global batch
-  (loss = mean over the global batch = ``1/world * sum_r loss_r``):
-
-  * backbone: ``AllReduce(SUM, world) / world`` (plain data parallel);
-  * classifier slice: ``AllReduce(SUM, ranks holding the same slice) / world``.
-
+- **CPU** (``SEMI_AUTO_PARALLEL`` is refused there): explicit collectives. The backbone is data parallel over
+  all ranks; ``fc`` is cut per the file's layout (``helpers.train.hybrid_classifier.cut_classifier``), so rank
+  ``(d, m)`` of a ``[dp, mp]`` device matrix holds class-row block ``m``. Features and logit slices are
+  gathered inside each model-parallel group by ``AllReduce(SUM, group)`` of a zero-padded block (on CPU
+  ``AllGather`` works on the world group only). The gradients are reduced so the update equals single-process
+  training on the global batch: backbone ``AllReduce(SUM, world) / world``, classifier slice
+  ``AllReduce(SUM, ranks holding the slice) / world``.
 - **GPU/Ascend**: ``semi_auto_plan`` gives ``set_auto_parallel_context`` keywords (``SEMI_AUTO_PARALLEL`` with
   ``strategy_ckpt_config`` loading the same file) and the classifier's ``shard()`` strategies;
   ``build_semi_auto_step`` applies them to a full network.

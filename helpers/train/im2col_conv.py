@@ -1,17 +1,15 @@
 """Convolution implementations with identical parameters: MindSpore's native kernel or im2col + MatMul.
 
-Why this exists: on this course's machine (AMD EPYC with AVX-512; ``ONEDNN_VERBOSE=1``) MindSpore 2.10 runs a 3x3
-``Conv2d`` forward and its input gradient through oneDNN's composite ``jit_uni_ncsp:conv+ref:any`` (its weight
-gradient through ``x64:gemm:jit``), while a MatMul runs oneDNN's ``gemm:jit:f32``. Writing the convolution as
-``ops.unfold`` (im2col) followed by a MatMul gives the same outputs and gradients, and there a whole training step
-ran 6.4x (ci model) and 11x (cpu model) faster (``benchmarks/results/conv_cpu.json``). Other CPUs were not measured,
-so ``conv_impl="auto"`` times both per machine (``helpers.train.conv_autoselect``); on GPU/Ascend the native kernel is used.
+Why: on this course's machine (AMD EPYC, AVX-512) MindSpore 2.10 runs a CPU ``Conv2d`` through a composite
+oneDNN kernel; ``ops.unfold`` (im2col) + MatMul gives the same outputs and gradients, and a whole training
+step ran 6.4x (ci model) and 11x (cpu model) faster (``benchmarks/results/conv_cpu.json``). Other CPUs were
+not measured, so ``conv_impl="auto"`` times both per machine (``helpers.train.conv_autoselect``); on
+GPU/Ascend the native kernel is used. The price is memory: the unfolded columns (kh*kw times the input) are
+kept for the backward pass.
 
-``Im2ColConv2d`` takes its ``weight`` Parameter from an ``nn.Conv2d`` built with the same arguments (same name,
-shape, initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not
-an ``nn.Conv2d`` subclass: AMP O1's rewrite generated two classes named ``Conv2dOpt`` for a cell holding both
-(a ResNet-50 Bottleneck) and failed.
-The price is memory: the unfolded columns (kh*kw times the input) are kept for the backward pass.
+``Im2ColConv2d`` takes its ``weight`` from an ``nn.Conv2d`` built with the same arguments (same name, shape,
+initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not an
+``nn.Conv2d`` subclass, because AMP O1's rewrite failed on a cell holding both.
 """
 
 from __future__ import annotations

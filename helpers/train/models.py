@@ -19,6 +19,8 @@ def _bn(channels):
 
 
 class BasicBlock(nn.Cell):
+    """The two-3x3-convolution residual block of ResNet-18/34."""
+
     def __init__(self, cin, width, stride, conv_impl):
         super().__init__()
         self.conv1 = make_conv(cin, width, 3, stride, conv_impl)
@@ -36,6 +38,8 @@ class BasicBlock(nn.Cell):
 
 
 class Bottleneck(nn.Cell):
+    """The 1x1-3x3-1x1 residual block of ResNet-50/101/152, stride on the 3x3 (v1.5)."""
+
     def __init__(self, cin, width, stride, conv_impl):
         super().__init__()
         cout = width * EXPANSION["bottleneck"]
@@ -102,6 +106,7 @@ class ResNet(nn.Cell):
 
 
 def build_model(arch="resnet50", num_classes=1000, width=1.0, stem="imagenet", conv_impl="native"):
+    """A ResNet cell (``arch`` one of resnet18/34/50/101/152); see the module docstring for the knobs."""
     return ResNet(arch, num_classes, width, stem, conv_impl)
 
 

@@ -1,28 +1,14 @@
 """The class-stratified split: every shard's sample indices for one epoch, as vectorised numpy.
 
-How :func:`stratified_shards` splits (one call yields every shard):
-
-1. a seeded shuffle inside each class; classes laid end to end in a seeded random order.
-2. equal lengths: the total is brought to a multiple of ``num_shards`` (or of ``global_batch`` when
-   given, so that ``batch(drop_remainder=True)`` loses nothing and every rank runs the same number of
-   full steps). ``remainder="pad"`` (default, like ``DistributedSampler``) adds copies, ``"drop"`` leaves
-   samples out: fewer than ``num_shards`` (or ``global_batch``) per epoch, taken from the classes whose
-   per-shard count is furthest below (pad) or above (drop) their global share, a random sample of the
-   class. A copy goes to another shard than its original.
-3. deal each class round robin over the shards: its ``j``-th sample goes to shard ``table[c, j % n]``
-   (``table[c]`` a permutation of the shards), so any two shards' counts of a class differ by at most 1.
-   Which shards get a class's last, incomplete round is chosen greedily, then improved by swaps, to keep
-   the *worst* shard's class mix as close to the global one as this rounding allows.
-4. every sample gets a *stratified time*: round ``m`` of a class spans ``[m/Q, (m+1)/Q)`` of the epoch
-   (``Q`` rounds), each shard's sample of that round a random point in its own slot of it; each shard
-   reads its samples in time order. A class is thus spread evenly over the epoch on every shard,
-   staggered between shards, so the positions ``[i*b, (i+1)*b)`` of all shards (global step ``i``) hold
-   the classes in their global proportions instead of class blocks.
-
-Classes with fewer samples than shards cannot reach every shard: that is an error unless
-``small_class="drop"`` (those samples are left out) or ``"repeat"`` (their samples are repeated, cycling
-through them, up to ``num_shards`` so every shard gets one; the repeats are further copies).
-The result is deterministic for ``(seed, epoch)`` and changes with the epoch.
+:func:`stratified_shards` yields every shard in one call: 1. a seeded shuffle inside each class, classes end
+to end in a seeded order; 2. equal lengths, a multiple of ``num_shards`` (or of ``global_batch``, so every
+rank runs the same number of full steps), by copies (``remainder="pad"``, default, like
+``DistributedSampler``) or by leaving out fewer than that many samples (``"drop"``); 3. each class dealt round
+robin over the shards (two shards' counts of a class differ by at most 1), its last incomplete round placed to
+keep the worst shard's class mix closest to the global one; 4. each shard read in *stratified time* order, so
+every global step holds the classes in their global proportions, not class blocks. A class with fewer samples
+than shards is an error unless ``small_class="drop"`` (left out) or ``"repeat"`` (repeated up to
+``num_shards``). The result is deterministic for ``(seed, epoch)`` and changes with the epoch.
 """
 
 from __future__ import annotations

@@ -54,6 +54,7 @@ def param_checksum(net) -> tuple[str, float]:
 
 
 def peak_rss_mb() -> float:
+    """This process's peak resident memory so far, in MB (Linux ``ru_maxrss``)."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
@@ -81,6 +82,7 @@ def apply_cpu_memory_cap(cfg: JobConfig) -> None:
 
 
 def memory_now_mb() -> dict:
+    """This process's current RSS and VMS and its peak RSS, in MB."""
     import psutil
 
     info = psutil.Process().memory_info()
@@ -150,6 +152,7 @@ def evaluate(cfg: JobConfig, net, rank: int, world: int) -> float:
 
 
 def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
+    """Train for ``cfg.steps`` steps on this rank, writing one metrics line per step; returns the summary."""
     from mindspore import context
     from mindspore.context import ParallelMode
 
@@ -268,6 +271,7 @@ def leave_together(world: int) -> None:
 
 
 def main(argv=None) -> int:
+    """The per-rank entry point: init(), run the config's task, write its summary line."""
     argv = sys.argv[1:] if argv is None else argv
     cfg_path = Path(argv[0])
     cfg = JobConfig.load(cfg_path)

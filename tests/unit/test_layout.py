@@ -122,3 +122,18 @@ def test_notebooks_are_thin(path):
     n = sum(code_lines(c.source) for c in nb.cells
             if c.cell_type == "code" and "parameters" not in c.metadata.get("tags", []))
     assert n <= MAX_NOTEBOOK_CODE_LINES, f"{n} code lines outside the parameters cell (prose, calls, plots only)"
+
+
+MAX_MODULE_DOCSTRING_LINES = 12
+
+
+@pytest.mark.parametrize("path", sorted(HELPERS.rglob("*.py")) + sorted((REPO / "benchmarks").glob("*.py")),
+                         ids=lambda p: str(p.relative_to(REPO)))
+def test_docstrings_say_what_briefly(path):
+    """One line of purpose per public function and class; module docstrings short (design is in ARCHITECTURE.md)."""
+    tree = ast.parse(path.read_text())
+    doc = ast.get_docstring(tree) or ""
+    assert len(doc.splitlines()) <= MAX_MODULE_DOCSTRING_LINES, "module docstring: purpose, then what a caller needs"
+    bare = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))
+            and not n.name.startswith("_") and not ast.get_docstring(n)]
+    assert not bare, f"public without a docstring: {bare}"
