@@ -51,9 +51,6 @@ def test_truncated_image_is_named_before_launch(ci_config, messy, tmp_path):
 
 
 def test_set_aside_trains_to_the_end_without_the_bad_file(ci_config, messy, tmp_path, capsys):
-    if "bad_images" not in {f.name for f in dataclasses.fields(JobConfig)}:
-        pytest.skip("JobConfig has no bad_images field yet (added in helpers/core/config.py by another change); "
-                    "prepare_data's set_aside path is covered in tests/unit/test_image_checks.py")
     data, victim = messy
     cut = victim.read_bytes()
     res = run_job(dataclasses.replace(small(ci_config, data), bad_images="set_aside"), progress="text",
