@@ -44,8 +44,9 @@ def best_img_per_s(res, skip: int = SKIP_STEPS) -> float:
 def run_record(res, skip: int = SKIP_STEPS) -> dict:
     """One run's figures: steady img/s (median step; best step), job wall time, load when it ended."""
     step_s = res.metric("step_s")
-    return {"img_per_s": res.img_per_s(skip), "best_img_per_s": best_img_per_s(res, skip),
-            "median_step_s": steady_step_s(step_s, skip) if step_s.shape[1] > skip else None,
+    median = steady_step_s(step_s, skip)
+    return {"img_per_s": res.config.global_batch / median, "best_img_per_s": best_img_per_s(res, skip),
+            "median_step_s": median,
             "first_step_s": float(step_s[:, 0].max()), "wall_s": round(res.wall_s, 1),
             "load_avg_1min": round(os.getloadavg()[0], 2), "run_dir": str(res.run_dir)}
 

@@ -207,8 +207,8 @@ def run_layouts(setup: Setup, files: dict, progress="auto") -> dict:
 
 
 def layout_numbers(runs: dict) -> dict:
-    """Per layout: mean img/s over ranks, the classifier bytes a rank held, the final mean loss."""
-    return {n: {"img_per_s": float(np.mean(r.summary("img_per_s"))),
+    """Per layout: steady img/s (``JobResult.img_per_s``), the classifier bytes a rank held, the final mean loss."""
+    return {n: {"img_per_s": r.img_per_s(),
                 "classifier_bytes": int(max(r.summary("classifier_param_bytes"))),
                 "final_loss": float(r.metric("loss")[:, -1].mean())} for n, r in runs.items()}
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from helpers.core.errors import ConfigError
 
 # The same layout tables as helpers.train.models (shared, MindSpore-free).
-from helpers.core.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION  # noqa: E402
+from helpers.core.resnet_layout import ARCHS, EXPANSION, stage_widths  # noqa: E402
 
 STEMS = ("imagenet", "small")
 CONV_IMPLS = ("native", "im2col")
@@ -207,7 +207,7 @@ def layer_walk(arch: str = "resnet50", image_size: int = 224, num_classes: int =
     """Every operation of ``helpers.train.models.ResNet`` in forward order, shapes computed on paper."""
     _check_model_args(arch, num_classes, width, stem, image_size, conv_impl)
     kind, depths = ARCHS[arch]
-    widths = [max(1, int(round(c * width))) for c in BASE_WIDTHS]   # exactly as helpers.train.models
+    widths = stage_widths(width)
     wk = _Walker(conv_impl)
     h = w = int(image_size)
     wk.add(name="input", block="stem", kind="input", out_shape=(3, h, w), params=0, buffers=0,

@@ -14,7 +14,12 @@ EXPANSION = {"basic": 1, "bottleneck": 4}
 BASE_WIDTHS = (64, 128, 256, 512)
 
 
+def stage_widths(width: float) -> list[int]:
+    """Channels of the four stages' 3x3 convolutions at ``width`` (at least 1 each): the one scaling rule."""
+    return [max(1, int(round(c * width))) for c in BASE_WIDTHS]
+
+
 def feature_width(arch: str, width: float) -> int:
     """The classifier's input size: the last stage's channels, scaled exactly as ``helpers.train.models`` does."""
     kind, _ = ARCHS[arch]
-    return max(1, int(round(BASE_WIDTHS[-1] * width))) * EXPANSION[kind]
+    return stage_widths(width)[-1] * EXPANSION[kind]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from helpers.core.errors import ConfigError, DataError
 from helpers.core.paths import resolve
-from helpers.core.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION
+from helpers.core.resnet_layout import ARCHS, EXPANSION, stage_widths
 
 MAX_LINES = 6           # per file: the first problems, then "... and N more"
 
@@ -16,7 +16,7 @@ def model_param_shapes(arch: str, num_classes: int | None, width: float, stem: s
     included), worked out on paper from ``helpers.core.resnet_layout``; ``num_classes=None`` leaves the
     classifier's row count unknown (``None`` in its shapes)."""
     kind, depths = ARCHS[arch]
-    widths = [max(1, int(round(c * width))) for c in BASE_WIDTHS]      # exactly as helpers.train.models
+    widths = stage_widths(width)
     shapes: dict[str, tuple] = {}
 
     def conv_bn(conv, bn, cin, cout, k):

@@ -22,24 +22,6 @@ def loss_per_rank(result, title: str = "loss per rank", ax=None):
     return ax.figure
 
 
-def step_time_per_rank(result, ax=None, skip_first: bool = True):
-    """Stacked bars per rank: time waiting for data vs compute (+ communication) per step, averaged."""
-    own = ax is None
-    if own:
-        fig, ax = plt.subplots(figsize=(7, 3))
-    s = slice(1, None) if skip_first and result.metric("step_s").shape[1] > 1 else slice(None)
-    data = result.metric("data_s")[:, s].mean(axis=1)
-    comp = result.metric("compute_s")[:, s].mean(axis=1)
-    ranks = np.arange(len(data))
-    ax.bar(ranks, comp, label="compute + communication")
-    ax.bar(ranks, data, bottom=comp, label="data wait")
-    ax.set(xlabel="rank", ylabel="seconds per step", title="mean step time per rank (first step excluded)")
-    ax.legend(fontsize=8)
-    if own:
-        fig.tight_layout()
-    return ax.figure
-
-
 def class_heatmaps(hists: dict, class_names=None, title: str = "images per class seen by each rank"):
     """One heatmap per strategy: ranks x classes, each row normalised to the rank's class mix."""
     n = len(hists)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from mindspore import nn, ops
 
 from helpers.train.im2col_conv import make_conv
-from helpers.core.resnet_layout import ARCHS, BASE_WIDTHS, EXPANSION
+from helpers.core.resnet_layout import ARCHS, EXPANSION, stage_widths
 
 
 def _bn(channels):
@@ -77,7 +77,7 @@ class ResNet(nn.Cell):
             raise ValueError(f"stem must be 'imagenet' or 'small', got {stem!r}")
         kind, depths = ARCHS[arch]
         block = BasicBlock if kind == "basic" else Bottleneck
-        widths = [max(1, int(round(c * width))) for c in BASE_WIDTHS]
+        widths = stage_widths(width)
         cin = widths[0]
         if stem == "imagenet":
             self.stem = nn.SequentialCell([make_conv(3, cin, 7, 2, conv_impl), _bn(cin), nn.ReLU(),

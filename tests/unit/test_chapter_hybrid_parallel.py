@@ -26,11 +26,12 @@ def setup_for(tmp_path, world=8, device="CPU", **changes):
 
 
 def fake_run(losses, img_per_s, fc_bytes, shape=(8, 64)):
-    """A JobResult's two views the steps read: per-rank summaries and a (ranks, steps) loss metric."""
+    """What the steps read of a JobResult: per-rank summaries, a (ranks, steps) loss metric, the job's img/s."""
     losses = np.asarray(losses, dtype=float)
     summaries = {"img_per_s": img_per_s, "classifier_param_bytes": [fc_bytes] * len(img_per_s),
                  "classifier_shape": [list(shape)] * len(img_per_s)}
-    return SimpleNamespace(summary=summaries.__getitem__, metric=lambda name: losses)
+    return SimpleNamespace(summary=summaries.__getitem__, metric=lambda name: losses,
+                           img_per_s=lambda skip=1: float(np.median(img_per_s)))
 
 
 def test_layouts_per_world_size():
