@@ -32,8 +32,9 @@ from helpers.core.metrics import metrics_path, read_records
 from helpers.core.paths import code_root, new_run_dir, resolve
 from helpers.core.step_times import img_per_s
 from helpers.job.progress import make_progress
+from helpers.job.compile_cache import claim_compile_cache, compile_cache_dir
 from helpers.job.input_checks import check_job_inputs
-from helpers.job.processes import JOB_ID_ENV, end_orphan_job, stop_job
+from helpers.job.processes import JOB_ID_ENV, end_orphan_job, job_workers, stop_job
 from helpers.job.registry import register, reap_orphans, unregister
 from helpers.job.watch import JobWatch, Verdict, log_tail
 from helpers.job.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV, process_start
@@ -42,7 +43,8 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 FAIL_GRACE_S = 2.0      # a failed job: how long msrun gets to stop its workers before the sweep
-FINISH_GRACE_S = 1.5    # all summaries written: how long MindSpore may finalise before the job is ended
+FINISH_GRACE_S = 0.5    # all summaries written: how long the ranks get to exit by themselves before they are ended
+STOP_AFTER_FINISH_S = 0.3   # ranks gone: what msrun and the scheduler get after SIGINT before SIGKILL
 
 
 # ---------------------------------------------------------------- command and environment
@@ -159,37 +161,6 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None, bin_dir: str 
     return env
 
 
-def code_fingerprint() -> str:
-    """A hash of the helpers' source: MindSpore's compile cache checks only the entry script, so a graph
-    cached before an edit to the model code would be loaded (and fail, or train the old model) after it."""
-    import hashlib
-
-    h = hashlib.sha1()
-    for path in sorted((code_root() / "helpers").rglob("*.py")):
-        h.update(path.read_bytes())
-    return h.hexdigest()[:12]
-
-
-def graph_classes(cfg: JobConfig) -> int | None:
-    """The classifier's size the worker will build (``num_classes``, else the train split's class folders)."""
-    try:
-        return cfg.num_classes or sum(1 for e in os.scandir(resolve(cfg.data_dir) / "train") if e.is_dir())
-    except OSError:
-        return None
-
-
-def compile_cache_dir(cfg: JobConfig) -> Path:
-    """One cache folder per graph-shaping part of the config, so different jobs never overwrite each other."""
-    import hashlib
-
-    key = json.dumps([code_fingerprint(), graph_classes(cfg), cfg.task, cfg.device_target, cfg.world_size, cfg.arch, cfg.width, cfg.stem, cfg.conv_impl,
-                      cfg.image_size, cfg.batch_per_rank, cfg.comm_fusion, cfg.micro_batch_size,
-                      cfg.accumulation_steps, cfg.amp_level, cfg.grad_reduce, cfg.cell_comm_fusion,
-                      cfg.strategy_file, cfg.num_classes, cfg.loss_scale, cfg.label_smoothing, cfg.lr_schedule,
-                      cfg.warmup_fraction, cfg.decay_norm_and_bias], sort_keys=True)
-    return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
-
-
 # ---------------------------------------------------------------- result
 @dataclass
 class JobResult:
@@ -241,9 +212,10 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
     return JobResult(run_dir, cfg, returncode, wall_s, steps, summaries)
 
 
-def _wait_exit(procs, seconds: float) -> None:
+def _wait_workers_exit(procs, job_id: str, seconds: float) -> None:
+    """Wait until every rank process has exited (or msrun has, or ``seconds`` passed)."""
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(p.poll() is None for p in procs):
+    while time.monotonic() < deadline and any(p.poll() is None for p in procs) and job_workers(job_id):
         time.sleep(0.1)
 
 
@@ -295,9 +267,11 @@ def watch_job(cfg: JobConfig, run_dir: Path, procs, bar, job_id: str, t0: float)
         if verdict:
             fail(procs, job_id, bar, run_dir, verdict, cfg)
         if len(watch.summaries) == cfg.world_size:
-            # Every rank has written its summary (fsync'ed): the job's work is done. MindSpore's own
-            # finalisation takes another 5-10 s on CPU; give it a moment, then end what is left.
-            _wait_exit(procs, FINISH_GRACE_S)
+            # Every rank has written its summary (fsync'ed): the job's work is done, what is left is
+            # MindSpore's teardown (a closing AllReduce, unregistering, the heartbeat thread's join; then the
+            # scheduler's next 5 s check in ClusterContext::Finalize and msrun's 1 s poll): 2.5-8 s of an
+            # 8-rank job on 2 cores that produces nothing. Give the ranks a moment, then end the job.
+            _wait_workers_exit(procs, job_id, FINISH_GRACE_S)
             return watch
         if all(p.poll() is not None for p in procs):
             time.sleep(POLL_S)
@@ -363,9 +337,11 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
                         cfg.steps, progress)
     register(job_id, run_dir)
     try:
-        for i, spec in enumerate(launches):
-            procs.append(start_msrun(cfg, spec, i, len(launches), run_dir, config_path, msrun, env, worker))
-        watch_job(cfg, run_dir, procs, bar, job_id, t0)
+        with claim_compile_cache(env, run_dir) as job_env_now:
+            for i, spec in enumerate(launches):
+                procs.append(start_msrun(cfg, spec, i, len(launches), run_dir, config_path, msrun, job_env_now,
+                                         worker))
+            watch_job(cfg, run_dir, procs, bar, job_id, t0)
     except KeyboardInterrupt:
         stop_job(procs, job_id)
         bar.close("interrupted")
@@ -377,7 +353,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     finally:
         unregister(job_id)
     wall = time.monotonic() - t0
-    stop_job(procs, job_id, grace_s=1.0)   # nothing of the job may outlive the call
+    stop_job(procs, job_id, grace_s=STOP_AFTER_FINISH_S)   # nothing of the job may outlive the call
     bar.close(f"finished in {wall:.1f} s")
     result = load_result(run_dir, 0, wall)
     log.info("job %s finished in %.1f s", run_dir, wall)

@@ -47,6 +47,18 @@ def job_processes(job_id: str) -> list[psutil.Process]:
     return processes_with_env(JOB_ID_ENV, job_id)
 
 
+def job_workers(job_id: str) -> list[psutil.Process]:
+    """The job's live rank processes (msrun starts them with ``MS_ROLE=MS_WORKER``; its scheduler is MS_SCHED)."""
+    found = []
+    for p in job_processes(job_id):
+        try:
+            if p.environ().get("MS_ROLE") == "MS_WORKER":
+                found.append(p)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
 def stop_job(procs: list[subprocess.Popen], job_id: str, grace_s: float = GRACE_S) -> None:
     """SIGINT to msrun, wait up to ``grace_s``, then SIGKILL whatever of the job is still alive."""
     for p in procs:

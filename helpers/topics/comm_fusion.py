@@ -6,7 +6,7 @@ import hashlib
 import json
 
 from helpers.core.config import JobConfig
-from helpers.job.launch import compile_cache_dir
+from helpers.job.compile_cache import compile_cache_dir
 
 
 def fusion_split_indices(param_bytes, bucket_bytes: float) -> list[int]:
@@ -26,7 +26,7 @@ def fusion_split_indices(param_bytes, bucket_bytes: float) -> list[int]:
 def isolate_compile_cache(cfg):
     """``cfg`` with a compile-cache folder of its own when it uses a chapter-04 switch that changes the graph.
 
-    ``helpers.job.launch.compile_cache_dir`` keys the cache by the model's shape and ``comm_fusion``, not by
+    ``helpers.job.compile_cache.compile_cache_dir`` keys the cache by the model's shape and ``comm_fusion``, not by
     ``amp_level``, ``grad_reduce`` or ``cell_comm_fusion``; MindSpore's cache checks the network's source
     files, which these switches do not change, so an O3 job could load an O0 graph. A suffix keeps them apart.
     """

@@ -12,7 +12,8 @@ import pytest
 from helpers.core.config import job_config
 from helpers.core.errors import ConfigError, JobFailed
 from helpers.job.rank_guard import exit_record_path
-from helpers.job.launch import bind_core_map, compile_cache_dir, find_msrun, free_port, job_env, msrun_command
+from helpers.job.compile_cache import compile_cache_dir
+from helpers.job.launch import bind_core_map, find_msrun, free_port, job_env, msrun_command
 from helpers.core.metrics import MetricsTail, MetricsWriter, read_records
 from helpers.job.progress import TextProgress
 from helpers.output.tables import md_table
@@ -162,7 +163,7 @@ def test_bind_cores_pins_local_rank_r_to_core_r_mod_cores(tmp_path, monkeypatch)
 def test_the_compile_cache_is_keyed_by_the_classifier_size(tmp_path):
     # a 4-class job and a 10-class job with otherwise equal settings once shared a cached graph (a label-range crash)
     from helpers.core.config import job_config
-    from helpers.job.launch import compile_cache_dir
+    from helpers.job.compile_cache import compile_cache_dir
 
     for n in (4, 10):
         for c in range(n):
@@ -174,10 +175,34 @@ def test_the_compile_cache_is_keyed_by_the_classifier_size(tmp_path):
 
 def test_the_compile_cache_follows_the_helpers_source(monkeypatch):
     # MindSpore's cache checks only the entry script: an edit to the model code must not load an old graph
-    import helpers.job.launch as L
+    import helpers.job.compile_cache as L
     from helpers.core.config import job_config
 
     cfg = job_config("ci")
     before = L.compile_cache_dir(cfg)
     monkeypatch.setattr(L, "code_fingerprint", lambda: "edited")
     assert L.compile_cache_dir(cfg) != before
+
+
+def test_a_second_job_of_the_same_graph_at_once_compiles_into_its_own_folder(tmp_path):
+    from helpers.job.compile_cache import CACHE_ENV, claim_compile_cache
+
+    env = {"MS_COMPILER_CACHE_ENABLE": "1", CACHE_ENV: str(tmp_path / "cache" / "abc")}
+    with claim_compile_cache(env, tmp_path / "run1") as first:
+        assert first[CACHE_ENV] == env[CACHE_ENV]
+        with claim_compile_cache(env, tmp_path / "run2") as second:
+            assert second[CACHE_ENV] == str(tmp_path / "run2" / "compile_cache")
+    with claim_compile_cache(env, tmp_path / "run3") as third:    # released when the first job ended
+        assert third[CACHE_ENV] == env[CACHE_ENV]
+
+
+def test_the_compile_cache_claim_is_released_when_the_job_fails(tmp_path):
+    from helpers.job.compile_cache import CACHE_ENV, claim_compile_cache
+
+    env = {"MS_COMPILER_CACHE_ENABLE": "1", CACHE_ENV: str(tmp_path / "c")}
+    with pytest.raises(RuntimeError):
+        with claim_compile_cache(env, tmp_path):
+            raise RuntimeError("rank 3 died")
+    with claim_compile_cache(env, tmp_path / "next") as again:
+        assert again[CACHE_ENV] == env[CACHE_ENV]
+    assert claim_compile_cache({"MS_COMPILER_CACHE_ENABLE": "0"}, tmp_path).__enter__() == {"MS_COMPILER_CACHE_ENABLE": "0"}
