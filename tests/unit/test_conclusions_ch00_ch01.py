@@ -208,3 +208,12 @@ def test_ch01_figures_from_shards_and_step_records():
 def test_ch00_a_large_first_difference_is_not_called_rounding():
     c = by_id(chapter00_claims(ch00(multinode_vs_single={"loss_diff_at_divergence": 0.3})))["two_node_checksum"]
     assert c.holds is False and "more than float rounding" in c.text
+
+
+def test_the_committed_conv_benchmark_is_read_from_the_code_not_the_course_home(tmp_path, monkeypatch):
+    # a participant with COURSE_HOME set to an empty folder: chapter 00 failed with FileNotFoundError here
+    from helpers.conclusions.ch00 import conv_benchmark
+
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    bench = conv_benchmark()
+    assert bench["cases"] >= 1 and bench["min_ratio"] <= bench["max_ratio"]
