@@ -31,7 +31,7 @@ import pytest
 
 from helpers.job.processes import kill_processes_with_env, processes_with_env
 
-pytestmark = pytest.mark.browser
+pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]   # one JupyterLab server
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "00_environment_setup.ipynb"

@@ -21,7 +21,7 @@ from helpers.core.config import FUSE_ALL, job_config
 from helpers.job.launch import run_job
 from helpers.train.models import build_model, count_parameters
 
-pytestmark = pytest.mark.jobs
+pytestmark = [pytest.mark.jobs, pytest.mark.xdist_group("profiling_jobs")]   # one module fixture job
 STEPS, SKIP = 4, 2          # step 0 compiles, step 1 runs without the profiler, steps 2-3 are profiled
 
 
