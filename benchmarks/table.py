@@ -198,6 +198,39 @@ def launch_and_data_rows(rows: Rows) -> None:
                  unit="")
 
 
+def startup_rows(rows: Rows) -> None:
+    """``benchmarks.startup``: the empty 8-rank job by phase, the compile cache's first step, the jit levels."""
+    d = rows.results.get("startup")
+    if not d:
+        rows.add("empty 8-rank job (msrun -> every rank through init() -> exit), seconds", None, "<= 8", "startup",
+                 unit="s")
+        return
+    e = {k: _get(d, "empty_job", k, "median") for k in ("wall_s", "until_processes_start_s", "import_mindspore_s",
+                                                          "init_s", "init_spread_s", "after_last_rank_ready_s")}
+    if None not in e.values():
+        rows.add("empty 8-rank job (msrun -> every rank through init() -> exit), seconds", e["wall_s"], "<= 8",
+                 "startup", f"median of {d.get('repeats')} (range {_get(d, 'empty_job', 'wall_s', 'min')}-"
+                 f"{_get(d, 'empty_job', 'wall_s', 'max')}); msrun's own start {e['until_processes_start_s']:.1f} s, "
+                 f"import mindspore {e['import_mindspore_s']:.1f} s per rank (9 processes at once), init() "
+                 f"{e['init_s']:.1f} s (waits for the slowest import, then MindSpore's fixed 3 s address-exchange "
+                 f"sleep: ranks' init() ends {e['init_spread_s']:.1f} s apart), end {e['after_last_rank_ready_s']:.1f} s",
+                 unit="s")
+    cold, warm = _get(d, "first_step", "cold", "median"), _get(d, "first_step", "warm", "median")
+    if cold and warm:
+        rows.add("first step (compilation) with a warm / a cold compile cache", warm / cold, "", "startup",
+                 f"{d.get('preset')} preset, 8 ranks: cold {cold:.1f} s, warm {warm:.1f} s (median of "
+                 f"{d.get('repeats')})")
+    base = _get(d, "jit_levels", "default", "first_step_s", "median")
+    for level in ("O0", "O1"):
+        lv = _get(d, "jit_levels", level) or {}
+        first = _get(lv, "first_step_s", "median")
+        if base and first:
+            rows.add(f"jit_level {level} / MindSpore's default, compile + first step (1 process, ci model)",
+                     first / base, "", "startup", f"step time {_get(lv, 'step_s', 'median')} s vs "
+                     f"{_get(d, 'jit_levels', 'default', 'step_s', 'median')} s; same losses: "
+                     f"{lv.get('same_losses_as_default')}")
+
+
 def training_rows(rows: Rows) -> None:
     """Chapters 2-4's benchmarks: accumulation, comm fusion, the hybrid layout, the convolution choice."""
     d = rows.results.get("accumulation")
@@ -226,7 +259,7 @@ def training_rows(rows: Rows) -> None:
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
 
 
-ROW_MAKERS = (comparison_rows, course_rows, knob_rows, launch_and_data_rows, training_rows)
+ROW_MAKERS = (comparison_rows, course_rows, startup_rows, knob_rows, launch_and_data_rows, training_rows)
 
 
 def goal_rows(results: dict[str, dict]) -> list[Row]:
