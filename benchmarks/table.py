@@ -17,7 +17,7 @@ from pathlib import Path
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
-COURSE_GOALS_S = {"ci": 600.0, "cpu": 2700.0}   # ci <= 10 min, cpu <= 45 min on 2 cores
+COURSE_GOALS_S = {"ci": 360.0, "cpu": 1200.0}   # ci <= 6 min, cpu <= 20 min on 2 cores (issue 18)
 
 
 @dataclass(frozen=True)
@@ -109,12 +109,12 @@ def comparison_rows(rows: Rows) -> None:
     d = rows.results.get("vs_model_train")
     if d:
         note = (f"{d.get('preset')} preset, {d.get('world_size')} ranks, global batch {d.get('global_batch')}; "
-                "Model.train as the tutorials write it (no comm fusion)")
-        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", d.get("ratio"), ">= 1.0", "vs_model_train",
+                "Model.train as the tutorials write it, without the comm fusion our worker uses: not equal terms")
+        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", d.get("ratio"), "", "vs_model_train",
                  note + _best(_get(d, "ratios_best_step", "ours_over_model_train")))
         v = _get(d, "ratios", "ours_over_model_train_fused")
         if v is not None:
-            rows.add("our worker / Model.train with the preset's comm fusion, img/s", v, ">= 1.0", "vs_model_train",
+            rows.add("our worker / Model.train with the preset's comm fusion, img/s", v, ">= 1.05", "vs_model_train",
                      "same fusion on both sides" + _best(_get(d, "ratios_best_step", "ours_over_model_train_fused")))
         v = _get(d, "ratios", "ours_over_model_train_sink")
         if v is not None:
@@ -122,16 +122,20 @@ def comparison_rows(rows: Rows) -> None:
                      "fused; on CPU Model.train runs the same non-sink loop as the row above, so the gap between "
                      "the two rows is this run's noise" + _best(_get(d, "ratios_best_step", "ours_over_model_train_sink")))
     else:
-        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", None, ">= 1.0", "vs_model_train")
+        rows.add("our worker / Model.train with the preset's comm fusion, img/s", None, ">= 1.05", "vs_model_train")
     d = rows.results.get("vs_mindcv")
     note = ""
     if d:
         note = d.get("error", "")[:160] or ("full ResNet-18 both sides (mindcv has no width multiplier)"
                                             + _best(d.get("ratio_best_step")))
-    rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0", "vs_mindcv", note)
+    equal = bool((d or {}).get("equal_terms"))    # a run that gave mindcv its best settings says so
+    if d and not equal and not d.get("error"):
+        note += "; not equal terms (mindcv without the comm fusion our worker uses), so no goal is judged"
+    rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0" if equal or not d else "",
+             "vs_mindcv", note)
     d = rows.results.get("scaling")
     rows.add("8 ranks / 1 process (all cores), img/s at the same global batch", (d or {}).get("efficiency"),
-             ">= 0.8", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
+             ">= 0.9", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
 
 
 def course_rows(rows: Rows) -> None:

@@ -65,14 +65,15 @@ def _by_what(rows):
 def test_goal_rows_cover_every_benchmark_and_judge_them():
     rows = _by_what(goal_rows(_results()))
     mt = rows["our worker / Model.train (DATA_PARALLEL), img/s"]
-    assert (mt.measured, mt.goal, mt.load, judge(mt.measured, mt.goal)) == (1.4, ">= 1.0", 7.25, "met")
-    assert judge(rows["our worker / Model.train with the preset's comm fusion, img/s"].measured, ">= 1.0") \
-        == "missed by 0.03 (3 %)"
+    # without the fusion our worker uses, Model.train is a weaker baseline: shown, never judged
+    assert (mt.measured, mt.goal, mt.load) == (1.4, "", 7.25) and "not equal terms" in mt.note
+    fused = rows["our worker / Model.train with the preset's comm fusion, img/s"]
+    assert (fused.goal, judge(fused.measured, fused.goal)) == (">= 1.05", "missed by 0.08 (8 %)")
     cv = rows["our worker / mindcv trainer, img/s"]
     assert cv.measured is None and "ImportError" in cv.note
     assert rows["8 ranks / 1 process (all cores), img/s at the same global batch"].measured == 0.62
     ci = rows["whole course, preset ci, seconds"]
-    assert (ci.measured, ci.goal, ci.load, ci.unit) == (480.0, "<= 600", 3.0, "s")
+    assert (ci.measured, ci.goal, ci.load, ci.unit) == (480.0, "<= 360", 3.0, "s")
     assert rows["whole course, preset cpu, seconds"].measured is None      # no cpu entry yet
     launch = rows["course ci: seconds launching jobs (msrun start to the last rank through init())"]
     assert launch.measured == 200.0 and "10 jobs, 20 s each" in launch.note and "of the course's 480 s" in launch.note
@@ -96,7 +97,7 @@ def test_load_is_the_range_over_the_runs_when_they_record_it():
 
 def test_goal_rows_without_results_still_list_issue_7_goals_as_not_measured():
     rows = goal_rows({})
-    assert {r.what for r in rows} >= {"our worker / Model.train (DATA_PARALLEL), img/s",
+    assert {r.what for r in rows} >= {"our worker / Model.train with the preset's comm fusion, img/s",
                                       "our worker / mindcv trainer, img/s",
                                       "whole course, preset ci, seconds", "whole course, preset cpu, seconds"}
     assert all(r.measured is None for r in rows)
@@ -122,7 +123,14 @@ def test_collect_and_write_results_md(tmp_path):
     assert set(collect(tmp_path)) == {"scaling"}
     out = tmp_path / "RESULTS.md"
     text = write_results_md(tmp_path, out)
-    assert out.read_text() == text and "| 0.9x | >= 0.8 | met |" in text
+    assert out.read_text() == text and "| 0.9x | >= 0.9 | met |" in text
+
+
+def test_mindcv_is_judged_only_on_equal_terms():
+    unequal = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.48}}))["our worker / mindcv trainer, img/s"]
+    assert unequal.goal == "" and "not equal terms" in unequal.note
+    equal = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.1, "equal_terms": True}}))["our worker / mindcv trainer, img/s"]
+    assert (equal.goal, judge(equal.measured, equal.goal)) == (">= 1.0", "met")
 
 
 def test_course_timings_table_has_a_column_per_timed_preset():
