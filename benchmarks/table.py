@@ -235,6 +235,31 @@ def startup_rows(rows: Rows) -> None:
                      f"{lv.get('same_losses_as_default')}")
 
 
+def pytorch_rows(rows: Rows) -> None:
+    """One CPU train step of the course's ResNet-18 layout, MindSpore (im2col) / PyTorch (``vs_pytorch``)."""
+    cases = _get(rows.results, "vs_pytorch", "cases") or {}
+    if not cases:
+        rows.add("CPU train step, MindSpore / PyTorch (same ResNet-18 layout, 1 thread)", None, "<= 2",
+                 "vs_pytorch")
+    for name, c in cases.items():
+        sums = c.get("summary") or {}
+        loads = [x for v in sums.values() if isinstance(v, dict) for x in v.get("loads_1min") or []
+                 if x is not None]
+        load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else None
+        what = f"CPU train step ({name}: ResNet-18 x{c.get('width')}, batch {c.get('batch')}, 1 thread)"
+        ms, pt = sums.get("mindspore") or {}, sums.get("pytorch") or {}
+        note = (f"median s/step {ms['median_s']:.3g} (runs {ms.get('min_s', 0):.3g}-"
+                f"{ms.get('max_s', 0):.3g}) vs {pt['median_s']:.3g} ({pt.get('min_s', 0):.3g}-"
+                f"{pt.get('max_s', 0):.3g})" if ms.get("median_s") and pt.get("median_s") else "")
+        if c.get("ratio_best") is not None:
+            note += f"; fastest run / fastest run: {c['ratio_best']:.2f}x"
+        rows.add(f"{what}: MindSpore im2col / PyTorch", c.get("ratio"), "<= 2", "vs_pytorch", note, load=load)
+        for key, v in (c.get("ratios") or {}).items():   # the variants: against PyTorch, and channels-last
+            if key != "mindspore_over_pytorch" and (key.endswith("_over_pytorch")
+                                                    or key.startswith("mindspore_over_")):
+                rows.add(f"{what}: {key.replace('_over_', ' / ')}", v, "", "vs_pytorch", load=load)
+
+
 def training_rows(rows: Rows) -> None:
     """Chapters 2-4's benchmarks: accumulation, comm fusion, the hybrid layout, the convolution choice."""
     d = rows.results.get("accumulation")
@@ -263,7 +288,8 @@ def training_rows(rows: Rows) -> None:
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
 
 
-ROW_MAKERS = (comparison_rows, course_rows, startup_rows, knob_rows, launch_and_data_rows, training_rows)
+ROW_MAKERS = (comparison_rows, course_rows, startup_rows, pytorch_rows, knob_rows, launch_and_data_rows,
+              training_rows)
 
 
 def goal_rows(results: dict[str, dict]) -> list[Row]:

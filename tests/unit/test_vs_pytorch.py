@@ -1,0 +1,111 @@
+"""benchmarks.vs_pytorch without torch or MindSpore: the cases, the torch command line, the summaries."""
+
+import ast
+from pathlib import Path
+
+import pytest
+
+from benchmarks import vs_pytorch as vp
+from helpers.core.config import job_config
+from helpers.core.resnet_layout import ARCHS, stage_widths
+
+
+def test_cases_cover_the_ci_and_cpu_models_and_batch_128():
+    cases = vp.cases()
+    assert set(cases) == {"ci", "cpu", "cpu_b128"}
+    for name, preset in (("ci", "ci"), ("cpu", "cpu")):
+        cfg = job_config(preset)
+        assert cases[name]["width"] == cfg.width
+        assert cases[name]["batch"] == cfg.batch_per_rank
+        assert cases[name]["image_size"] == cfg.image_size
+    assert cases["cpu_b128"]["batch"] == 128 and cases["cpu_b128"]["width"] == job_config("cpu").width
+    assert (cases["ci"]["batch"], cases["cpu"]["batch"]) == (8, 16)
+
+
+def test_widths_passed_to_torch_are_the_course_layout():
+    for case in vp.cases().values():
+        assert case["widths"] == stage_widths(case["width"])
+        assert tuple(case["depths"]) == ARCHS[vp.ARCH][1]
+    assert vp.cases()["ci"]["widths"] == [8, 16, 32, 64]
+    assert vp.cases()["cpu"]["widths"] == [16, 32, 64, 128]
+
+
+def test_torch_command_carries_the_case():
+    case = vp.cases()["cpu"]
+    cmd = vp.torch_command("/x/python", case, 1, 4)
+    assert cmd[:2] == ["/x/python", str(vp.TORCH_STEP)]
+    i = cmd.index("--widths")
+    assert cmd[i + 1:i + 5] == ["16", "32", "64", "128"]
+    assert cmd[cmd.index("--batch") + 1] == "16" and cmd[cmd.index("--threads") + 1] == "1"
+    assert cmd[cmd.index("--steps") + 1] == "4" and cmd[cmd.index("--classes") + 1] == str(vp.CLASSES)
+    assert "--channels-last" not in cmd
+    assert vp.torch_command("p", case, 1, 4, channels_last=True)[-1] == "--channels-last"
+
+
+def test_torch_step_is_standalone():
+    tree = ast.parse(Path(vp.TORCH_STEP).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert not names & {"mindspore", "helpers", "benchmarks"}
+
+
+def test_summary_takes_median_min_max_of_run_medians():
+    runs = [{"median_s": 0.3, "load_avg_1min": 2.0}, {"median_s": 0.1, "load_avg_1min": 3.0},
+            {"median_s": 0.2, "load_avg_1min": None}]
+    s = vp.summary(runs)
+    assert (s["median_s"], s["min_s"], s["max_s"], s["n"]) == (0.2, 0.1, 0.3, 3)
+    assert s["loads_1min"] == [2.0, 3.0, None]
+    assert vp.summary([]) is None
+
+
+def test_ratios_are_mindspore_over_each_pytorch_reference():
+    sums = {"mindspore": {"median_s": 0.3}, "mindspore_native": {"median_s": 0.6},
+            "pytorch": {"median_s": 0.1}, "pytorch_channels_last": {"median_s": 0.05},
+            "mindspore_dispatch_threads_1": None}
+    r = vp.ratios(sums)
+    assert r["mindspore_over_pytorch"] == pytest.approx(3.0)
+    assert r["mindspore_native_over_pytorch"] == pytest.approx(6.0)
+    assert r["mindspore_over_pytorch_channels_last"] == pytest.approx(6.0)
+    assert not any(k.startswith("pytorch") for k in r)
+    assert vp.ratios({"mindspore": {"median_s": 1.0}}) == {}
+
+
+def test_alternate_runs_a_b_a_b_and_records_a_failure_once():
+    order = []
+
+    def ok(name):
+        def fn():
+            order.append(name)
+            return {"median_s": 1.0, "wall_s": 0.0, "load_avg_1min": 0.0}
+        return fn
+
+    def bad():
+        order.append("bad")
+        raise RuntimeError("boom")
+
+    runs = vp.alternate({"a": ok("a"), "b": ok("b"), "bad": bad}, 2)
+    assert order == ["a", "b", "bad", "a", "b"]
+    assert len(runs["a"]) == 2 and runs["bad"] == [] and "boom" in runs["_failed"]["bad"]
+
+
+def test_given_torch_python_is_used_as_is(tmp_path):
+    assert vp.ensure_torch_env(str(tmp_path / "py")) == str(tmp_path / "py")
+    assert not (tmp_path / "py").exists()
+
+
+def test_table_rows_when_present():
+    table = pytest.importorskip("benchmarks.table")
+    if not hasattr(table, "pytorch_rows"):
+        pytest.skip("benchmarks.table has no pytorch_rows yet")
+    summary = {"mindspore": {"median_s": 0.05, "loads_1min": [1.0]},
+               "pytorch": {"median_s": 0.02, "loads_1min": [2.0]}}
+    case = {"width": 0.125, "batch": 8, "ratio": 2.5, "summary": summary}
+    rows = table.Rows({"vs_pytorch": {"cases": {"ci": case}}})
+    table.pytorch_rows(rows)
+    assert rows and rows[0].measured == pytest.approx(2.5) and rows[0].goal == "<= 2"
+
+
+def test_best_ratio_is_fastest_run_over_fastest_run():
+    sums = {"mindspore": {"median_s": 0.4, "min_s": 0.2}, "pytorch": {"median_s": 0.1, "min_s": 0.08}}
+    assert vp.best_ratio(sums) == pytest.approx(2.5)
+    assert vp.best_ratio({"mindspore": sums["mindspore"], "pytorch": None}) is None
