@@ -1,4 +1,4 @@
-"""MindSpore's compile cache per graph: one folder per graph-shaping config, held by one running job at a time."""
+"""MindSpore's compile cache: one folder per graph-shaping config, held by one running job at a time."""
 
 from __future__ import annotations
 
@@ -36,9 +36,10 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
     """One cache folder per graph-shaping part of the config, so different jobs never overwrite each other."""
     key = json.dumps([code_fingerprint(), graph_classes(cfg), cfg.task, cfg.device_target, cfg.world_size,
                       cfg.arch, cfg.width, cfg.stem, cfg.conv_impl, cfg.image_size, cfg.batch_per_rank,
-                      cfg.comm_fusion, cfg.micro_batch_size, cfg.accumulation_steps, cfg.amp_level, cfg.grad_reduce, cfg.cell_comm_fusion,
-                      cfg.strategy_file, cfg.num_classes, cfg.loss_scale, cfg.label_smoothing, cfg.lr_schedule,
-                      cfg.warmup_fraction, cfg.decay_norm_and_bias], sort_keys=True)
+                      cfg.comm_fusion, cfg.micro_batch_size, cfg.accumulation_steps, cfg.amp_level,
+                      cfg.grad_reduce, cfg.cell_comm_fusion, cfg.strategy_file, cfg.num_classes, cfg.loss_scale,
+                      cfg.label_smoothing, cfg.lr_schedule, cfg.warmup_fraction, cfg.decay_norm_and_bias],
+                     sort_keys=True)
     return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
