@@ -37,15 +37,15 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
     key = json.dumps([code_fingerprint(), graph_classes(cfg), cfg.task, cfg.device_target, cfg.world_size,
                       cfg.arch, cfg.width, cfg.stem, cfg.conv_impl, cfg.image_size, cfg.batch_per_rank,
                       cfg.comm_fusion, cfg.micro_batch_size, cfg.accumulation_steps, cfg.amp_level,
-                      cfg.grad_reduce, cfg.cell_comm_fusion, cfg.strategy_file, cfg.num_classes, cfg.loss_scale,
-                      cfg.label_smoothing, cfg.lr_schedule, cfg.warmup_fraction, cfg.decay_norm_and_bias],
+                      cfg.grad_reduce, cfg.cell_comm_fusion, cfg.strategy_file, cfg.num_classes,
+                      cfg.loss_scale, cfg.label_smoothing, cfg.lr_schedule, cfg.warmup_fraction, cfg.decay_norm_and_bias],
                      sort_keys=True)
     return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
 @contextmanager
 def claim_compile_cache(env: dict, run_dir: Path):
-    """Hold the job's cache folder (``env[MS_COMPILER_CACHE_PATH]``) while the job runs; yields the env to use.
+    """Hold the job's cache folder (``env[MS_COMPILER_CACHE_PATH]``) while it runs; yields the env to use.
 
     Two jobs of the same graph at once (two notebooks, a workshop on one server, pytest-xdist) would write
     the same cache files while the other reads them. The first takes an exclusive ``flock`` on
