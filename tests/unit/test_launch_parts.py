@@ -3,6 +3,7 @@
 import io
 import json
 import os
+import time
 import subprocess
 import sys
 from pathlib import Path
@@ -206,3 +207,28 @@ def test_the_compile_cache_claim_is_released_when_the_job_fails(tmp_path):
     with claim_compile_cache(env, tmp_path / "next") as again:
         assert again[CACHE_ENV] == env[CACHE_ENV]
     assert claim_compile_cache({"MS_COMPILER_CACHE_ENABLE": "0"}, tmp_path).__enter__() == {"MS_COMPILER_CACHE_ENABLE": "0"}
+
+
+def test_job_workers_are_the_ranks_not_the_scheduler_or_other_jobs():
+    # after every summary the launcher waits only for these, then ends msrun and the scheduler
+    import subprocess
+    import sys
+    import uuid
+
+    from helpers.job.processes import JOB_ID_ENV, job_workers
+
+    job = f"unit-{uuid.uuid4().hex[:8]}"
+    roles = {"rank": ("MS_WORKER", job), "scheduler": ("MS_SCHED", job), "other_job": ("MS_WORKER", job + "-x")}
+    sleeper = [sys.executable, "-c", "import time; time.sleep(30)"]
+    procs = {k: subprocess.Popen(sleeper, env={**os.environ, "MS_ROLE": role, JOB_ID_ENV: jid})
+             for k, (role, jid) in roles.items()}
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline and not job_workers(job):
+            time.sleep(0.05)
+        assert [p.pid for p in job_workers(job)] == [procs["rank"].pid]
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+    assert job_workers(job) == []
