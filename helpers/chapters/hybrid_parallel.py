@@ -121,7 +121,8 @@ def oom_rows(oom: dict) -> list[tuple]:
              f"failed: {oom['error_kind']}" if oom["error_kind"] else "finished"),
             (f"{oom['hybrid_layout']} (hybrid)", f"{oom['hybrid_classifier_bytes'] / 2**20:.1f}", hyb_peak,
              oom["cap_mb"],
-             "finished" if oom["hybrid_fits_under_cap"] else f"did not fit: {oom['hybrid_error_kind']}")]
+             ("finished" if oom["hybrid_fits_under_cap"] else f"did not fit: {oom['hybrid_error_kind']}")
+             + "".join(f" (an earlier try failed: {k})" for k in oom.get("hybrid_failed_tries", [])))]
 
 
 def run_oom(setup: Setup, oom_classes=None, oom_steps: int = 1, progress="auto") -> dict | None:

@@ -75,6 +75,9 @@ def oom_claims(r: dict) -> list[Claim]:
              hb=o["hybrid_classifier_bytes"])
     oom = bool(r["dp_oom_reproduced"])
     fits = bool(r["hybrid_fits_under_cap"])
+    tries = o.get("hybrid_failed_tries") or []
+    retried = (f" (on try {len(tries) + 1}: the first failed with kind '{tries[0]}'; a rank's virtual size varies "
+               "between runs)" if tries else "")
     fail_text = ("failed with a different error (JobFailed kind '{kind}')" if o["error_kind"] else "finished")
     return [
         claim("dp_oom_under_cap", oom,
@@ -85,7 +88,7 @@ def oom_claims(r: dict) -> list[Claim]:
               "{cap} MB cap it " + fail_text + ", not an out-of-memory failure.", **f),
         claim("hybrid_fits_under_cap", fits,
               "The {hyb} layout ({hb:,} bytes of classifier per rank) trained under the same {cap} MB cap, peaking at "
-              "{hyb_peak:.0f} MB, {below:.0f} MB below it.",
+              "{hyb_peak:.0f} MB, {below:.0f} MB below it" + retried + ".",
               "The {hyb} layout ({hb:,} bytes of classifier per rank) did not fit under the same {cap} MB cap "
               + ("(peak {hyb_peak:.0f} MB)." if o["hybrid_vms_peak_mb"] is not None else
                  "(JobFailed kind '{hyb_kind}')."), hyb_kind=o.get("hybrid_error_kind"), **f),

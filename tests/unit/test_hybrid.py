@@ -368,3 +368,26 @@ def test_the_oom_classifier_weighs_the_same_on_every_backbone():
 
     sizes = {p: H.oom_classes(job_config(p, rehearse=p == "gpu8")) for p in ("ci", "cpu", "gpu8")}
     assert sizes == {"ci": 400_000, "cpu": 200_000, "gpu8": 12_500}   # 64, 128 and 2,048 features x 4 bytes
+
+
+def test_the_hybrid_job_gets_a_second_try_and_its_failures_are_kept(monkeypatch):
+    from helpers.core.errors import JobFailed
+    from helpers.topics import memory_runs
+
+    monkeypatch.setattr(memory_runs, "job_memory", lambda r: {"max_vms_peak": 3215.0, "max_peak_rss": 950.0})
+    names = []
+
+    def flaky(layout, name, cap):
+        names.append(name)
+        if len(names) == 1:
+            raise JobFailed("oom", "Memory not enough")
+        return "result"
+
+    hyb, mem, err, failed = H._hybrid_under_cap(flaky, SL.Layout(4, 2), 3289)
+    assert (hyb, err, failed, names) == ("result", None, ["oom"], ["oom-4x2-capped", "oom-4x2-capped-try2"])
+
+    def always(layout, name, cap):
+        raise JobFailed("oom", "Memory not enough")
+
+    hyb, mem, err, failed = H._hybrid_under_cap(always, SL.Layout(4, 2), 3289)
+    assert hyb is None and err.kind == "oom" and failed == ["oom"] and mem["max_vms_peak"] is None
