@@ -65,12 +65,40 @@ def show_plan(base, index) -> Plan:
 
 
 # ---------------------------------------------------------------------------------------------- the jobs
-def run_strategies(base, progress="auto") -> dict:
-    """One job per strategy (only ``sampler`` changes); shows wall time and held-out accuracy."""
-    results = {k: run_job(base.replace(name=k, sampler=k), progress=progress) for k in STRATEGIES}
-    show_table([(k, f"{r.wall_s:.1f} s", r.summaries[0]["accuracy"]) for k, r in results.items()],
-               ["strategy", "wall time", "held-out accuracy"])
+def run_strategies(base, progress="auto", one_job: bool = True) -> dict:
+    """Each strategy's result (only the sampler changes): as phases of one job (``one_job``: one launch,
+    phases alternated, see ``helpers.train.phases``) or one job each; shows time and held-out accuracy."""
+    if one_job:
+        job = run_job(base.replace(name="samplers", phase_samplers=list(STRATEGIES)), progress=progress)
+        results = {k: job.phase(k) for k in STRATEGIES}
+        first = results[STRATEGIES[0]].metric("step_s")[:, 0].max()
+        show_md(f"One {base.world_size}-rank job, {job.wall_s:.1f} s from launch to exit; the "
+                f"{len(STRATEGIES)} phases took turns in {job.summaries[0]['phase_rounds']} rounds and "
+                + ("all started from the same weights and optimizer state (one digest on every rank)."
+                   if same_start(results) else "did **not** all start from the same state.")
+                + f" The first phase's first step ({first:.1f} s) built the training graph all four use, and its "
+                "evaluation the inference graph; the table leaves every phase's first step out.")
+        rows = [(k, *(f"{v:.1f} s" for v in phase_seconds(r)), r.summaries[0]["accuracy"])
+                for k, r in results.items()]
+        columns = ["steps after the first (slowest rank)", "evaluation (slowest rank)"]
+    else:
+        results = {k: run_job(base.replace(name=k, sampler=k), progress=progress) for k in STRATEGIES}
+        rows = [(k, f"{r.wall_s:.1f} s", r.summaries[0]["accuracy"]) for k, r in results.items()]
+        columns = ["job wall time (launch to exit)"]
+    show_table(rows, ["strategy", *columns, "held-out accuracy"])
     return results
+
+
+def phase_seconds(result) -> tuple[float, float]:
+    """A phase's seconds on its slowest rank: its steps after the first, and its evaluation."""
+    later = result.metric("step_s")[:, 1:].sum(axis=1).max()
+    return float(later), float(max(result.summaries[r]["finish_s"] for r in result.summaries))
+
+
+def same_start(results: dict) -> bool | None:
+    """Whether every phase on every rank started from one state (None: the strategies ran as separate jobs)."""
+    digests = {x.get("start_digest") for r in results.values() for x in r.summaries.values()}
+    return None if digests == {None} else len(digests) == 1
 
 
 @dataclass
@@ -82,6 +110,7 @@ class Measured:
     step_spread: dict    # slowest / fastest rank's mean step time
     data_wait_ms: dict   # the slowest rank's mean data wait
     summary: dict        # figure -> strategy -> value (the side-by-side table and bars)
+    same_start: bool | None = None   # phases of one job: all from one state (None: separate jobs)
 
 
 def measure(results: dict, global_counts) -> Measured:
@@ -96,7 +125,8 @@ def measure(results: dict, global_counts) -> Measured:
         "loss_spread": {k: float(np.std(r.metric("loss")[:, -1])) for k, r in results.items()},
     }
     return Measured(hists, coverage, {k: seen_classes.rank_step_spread(r) for k, r in results.items()},
-                    {k: seen_classes.slowest_data_wait_ms(r) for k, r in results.items()}, summary)
+                    {k: seen_classes.slowest_data_wait_ms(r) for k, r in results.items()}, summary,
+                    same_start(results))
 
 
 def plot_class_mix(measured: Measured, index, base):
@@ -198,5 +228,6 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
         contiguous_class_spread=shard_stats.per_class_spread(plan.shards["contiguous"], index.labels),
         imagenet_scale_max_tv=inet["max_tv"], imagenet_scale_split_s=inet["split_s"],
         imagenet_shards_iterated=inet["shards_read"],
-        class_column_rejected=class_column_error is not None,
+        class_column_rejected=class_column_error is not None, phases_of_one_job=measured.same_start is not None,
+        phases_same_start=measured.same_start,
     )

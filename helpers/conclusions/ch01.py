@@ -57,6 +57,12 @@ def chapter01_claims(r: dict) -> list[Claim]:
                      "mix than DistributedSampler(shuffle=True)'s ({d:.4f}).",
                      s=inet["stratified"], d=inet["distributed_shuffle"], n=r["imagenet_shards_iterated"],
                      t=r["imagenet_scale_split_s"]))
+    if r.get("phases_of_one_job"):
+        out.append(claim("phases_same_start", r["phases_same_start"],
+                         "The four splits ran as phases of one job (one launch), and every phase on every rank "
+                         "started from the same weights and optimizer state (one digest).",
+                         "The four splits ran as phases of one job, but their starting states differed: the "
+                         "comparison is not on equal terms."))
     out.append(claim("class_column", r["class_column_rejected"],
                      "The blog's DistributedSampler(..., class_column='label') raises TypeError: the fix has to be "
                      "a sampler of one's own.",

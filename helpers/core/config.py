@@ -32,7 +32,7 @@ AMP_LEVELS = ("O0", "O1", "O2", "O3")
 FUSION_MODES = {"allreduce": ("auto", "size", "index"), "allgather": ("auto", "size"),
                 "reducescatter": ("auto", "size")}
 INT_FIELDS = ("steps", "global_batch", "world_size", "accumulation_steps", "image_size", "seed", "dataset_workers",
-              "threads_per_rank", "node_rank", "master_port", "profile_skip_steps", "fail_step")
+              "threads_per_rank", "node_rank", "master_port", "profile_skip_steps", "fail_step", "phase_rounds")
 OPTIONAL_INT_FIELDS = ("micro_batch", "local_world_size", "lr_batch", "mem_cap_mb", "fail_rank")
 SECONDS_FIELDS = ("timeout_s", "stall_s", "compile_stall_s")
 
@@ -56,6 +56,8 @@ class JobConfig:
     image_size: int = 32
     global_batch: int = 64
     sampler: str = "distributed_shuffle"
+    phase_samplers: tuple = ()                # several samplers as phases of one job (helpers.train.phases); () off
+    phase_rounds: int = 2                     # the phases take turns in this many rounds of steps
     dataset_workers: int = 1
     evaluate: bool = False                    # held-out accuracy after training (all ranks, summed)
     # model and optimiser
@@ -105,6 +107,10 @@ class JobConfig:
     fail_mode: str = "raise"
     # corrupt image files found before launch: "stop" names them and refuses, "set_aside" moves them out of the split
     bad_images: str = "stop"
+
+    def __post_init__(self):
+        if isinstance(self.phase_samplers, list):     # JSON has no tuples: keep one form, so configs compare equal
+            object.__setattr__(self, "phase_samplers", tuple(self.phase_samplers))
 
     @property
     def batch_per_rank(self) -> int:
@@ -255,6 +261,20 @@ def _check_training(c: JobConfig, bad: _Problems) -> None:
         bad("profile_skip_steps", "must be at least 0")
     if c.profile and bad.ok("steps", "profile_skip_steps") and c.steps <= c.profile_skip_steps:
         bad("steps", f"must exceed profile_skip_steps={c.profile_skip_steps} to profile anything")
+    _check_phases(c, bad)
+
+
+def _check_phases(c: JobConfig, bad: _Problems) -> None:
+    """Samplers as phases of one plain training job: distinct known samplers, at least one step per round."""
+    p = c.phase_samplers
+    if not (isinstance(p, (list, tuple)) and all(isinstance(k, str) and k in SAMPLERS for k in p)
+            and len(set(p)) == len(p)):
+        bad("phase_samplers", f"must be a list of distinct samplers from {SAMPLERS} (empty: no phases)")
+    elif p and (c.task != "train" or c.strategy_file or c.profile or c.accumulation_steps != 1):
+        bad("phase_samplers", "phases run plain training only (task 'train', no strategy_file, profile or "
+                              "gradient accumulation)")
+    if p and bad.ok("phase_rounds", "steps") and not 1 <= c.phase_rounds <= c.steps:
+        bad("phase_rounds", f"must be between 1 and steps={c.steps}")
 
 
 def _check_placement(c: JobConfig, bad: _Problems) -> None:

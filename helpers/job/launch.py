@@ -172,6 +172,7 @@ class JobResult:
     wall_s: float
     steps: dict[int, list[dict]] = field(default_factory=dict)
     summaries: dict[int, dict] = field(default_factory=dict)
+    phase_summaries: dict[int, list[dict]] = field(default_factory=dict)   # rank -> its phases' closing records
 
     @property
     def log_dir(self) -> Path:
@@ -197,19 +198,37 @@ class JobResult:
         sums = set(self.summary("checksum"))
         return len(sums) == 1 and None not in sums
 
+    @property
+    def phases(self) -> list[str]:
+        return list(self.config.phase_samplers)
+
+    def phase(self, name: str) -> "JobResult":
+        """One phase of a job whose samplers ran as phases, read as if it had been its own job: its step
+        records (numbered from 0), the job's summary with the phase's closing record over it, its config's
+        ``sampler``, and as ``wall_s`` the slowest rank's seconds in that phase (its steps and evaluation)."""
+        if name not in self.phases:
+            raise KeyError(f"{self.run_dir.name} has no phase {name!r}; its phases: {self.phases}")
+        steps = {r: [x for x in recs if x.get("phase") == name] for r, recs in self.steps.items()}
+        closing = {r: {**self.summaries.get(r, {}), **x} for r, recs in self.phase_summaries.items()
+                   for x in recs if x["phase"] == name}
+        wall = max((x["train_s"] + x["finish_s"] for x in closing.values()), default=float("nan"))
+        cfg = self.config.replace(name=f"{self.config.name}:{name}", sampler=name, phase_samplers=())
+        return JobResult(self.run_dir, cfg, self.returncode, wall, steps, closing)
+
 
 def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float("nan")) -> JobResult:
     """Rebuild a JobResult from a run directory (also for runs made earlier or elsewhere)."""
     run_dir = Path(run_dir)
     cfg = JobConfig.load(run_dir / "config.json")
-    steps, summaries = {}, {}
+    steps, summaries, phases = {}, {}, {}
     for r in range(cfg.world_size):
         recs = read_records(metrics_path(run_dir, r))
         steps[r] = [x for x in recs if x["event"] == "step"]
+        phases[r] = [x for x in recs if x["event"] == "phase_summary"]
         for x in recs:
             if x["event"] == "summary":
                 summaries[r] = x
-    return JobResult(run_dir, cfg, returncode, wall_s, steps, summaries)
+    return JobResult(run_dir, cfg, returncode, wall_s, steps, summaries, phases)
 
 
 def _wait_workers_exit(procs, job_id: str, seconds: float) -> None:
@@ -334,7 +353,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     procs = []
     t0 = time.monotonic()
     bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
-                        cfg.steps, progress)
+                        cfg.steps * max(1, len(cfg.phase_samplers)), progress)
     register(job_id, run_dir)
     try:
         with claim_compile_cache(env, run_dir) as job_env_now:

@@ -105,11 +105,12 @@ class JobWatch:
     def poll(self) -> None:
         for rec in self.tail.poll():
             ev, r = rec["event"], rec["rank"]
+            step = rec.get("job_step", rec.get("step"))     # job_step: counted across a job's phases
             if ev in PROGRESS_EVENTS:
-                self.progress[r] = RankProgress(rec["time"], ev, rec.get("step", self.progress[r].step))
+                self.progress[r] = RankProgress(rec["time"], ev, self.progress[r].step if step is None else step)
             if ev == "step":
                 self.step_times.append(rec["step_s"])
-                self.bar.update(r, rec["step"] + 1, rec["loss"])
+                self.bar.update(r, step + 1, rec["loss"])
             elif ev == "summary":
                 self.summaries[r] = rec
             elif ev == "failure":

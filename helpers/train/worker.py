@@ -22,7 +22,7 @@ import numpy as np
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind
 from helpers.core.metrics import MetricsWriter
-from helpers.train.profiler_session import profiling_session
+from helpers.train.profiler_session import NoProfiler, profiling_session
 
 @contextmanager
 def recording_failures(out: MetricsWriter):
@@ -81,12 +81,27 @@ def apply_cpu_memory_cap(cfg: JobConfig) -> None:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
 
+def vms_high_water_mb(now_mb: float) -> float:
+    """The kernel's high-water mark of this process's virtual size (``VmPeak``), in MB: the smallest RLIMIT_AS
+    under which everything so far fits, transients inside a step included; ``now_mb`` where /proc has none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmPeak:"):
+                    return max(now_mb, int(line.split()[1]) / 1024.0)
+    except OSError:
+        pass
+    return now_mb
+
+
 def memory_now_mb() -> dict:
-    """This process's current RSS and VMS and its peak RSS, in MB."""
+    """This process's current RSS and VMS, its peak RSS and its peak VMS (``VmPeak``), in MB."""
     import psutil
 
     info = psutil.Process().memory_info()
-    return {"rss_mb": info.rss / 2**20, "vms_mb": info.vms / 2**20, "rss_peak_mb": peak_rss_mb()}
+    vms = info.vms / 2**20
+    return {"rss_mb": info.rss / 2**20, "vms_mb": vms, "rss_peak_mb": peak_rss_mb(),
+            "vms_hwm_mb": vms_high_water_mb(vms)}
 
 
 def _build_train_step(cfg: JobConfig, num_classes: int):
@@ -169,7 +184,6 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
 
     ds.config.set_seed(cfg.seed)   # same shuffle on every rank, so the shards stay disjoint
     num_classes = len(scan_split(cfg.data_dir, "train").classes)
-    data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
     if cfg.strategy_file:   # chapter 03: hybrid parallel per the strategy file (classifier split, see helpers.train.hybrid_step)
         from helpers.train.hybrid_classifier import num_classes_of
         from helpers.train.hybrid_step import build_hybrid_step
@@ -182,10 +196,14 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
         from helpers.train.grad_accumulation import AccumulatingTrainStep
 
         step = AccumulatingTrainStep(step.network, step.optimizer, cfg.accumulation_steps)
+    if cfg.phase_samplers:   # chapter 01: one phase per sampler, one launch
+        return _train_phases(cfg, rank, world, out, net, step, num_classes)
+    data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
     it = data.create_tuple_iterator(num_epochs=-1)
+    out.write("ready", **memory_now_mb())    # memory before the first step (chapter 02 subtracts it)
     t_start = time.perf_counter()
     with profiling_session(cfg, run_dir) as prof:
-        step_times = _loop(cfg, rank, step, it, num_classes, out, prof)
+        step_times = _loop(cfg, rank, step, it, out, prof)
         if cfg.profile:   # the profiler's analysis runs on leaving this block: a phase, not a stalled step
             out.write("profile_analysis")
     train_s = time.perf_counter() - t_start
@@ -204,6 +222,22 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     return summary
 
 
+def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net, step, num_classes: int) -> dict:
+    """``cfg.phase_samplers`` trained in turn on one train step (``helpers.train.phases``); the job's summary."""
+    from helpers.train.phases import train_phases
+
+    def finish():
+        return dict(accuracy=evaluate(cfg, net, rank, world) if cfg.evaluate else None,
+                    **dict(zip(("checksum", "param_sum"), param_checksum(net))))
+
+    def run_steps(stp, it, steps, phase, job_step0):
+        _loop(cfg, rank, stp, it, out, NoProfiler(), steps, phase, job_step0)
+
+    return dict(train_phases(cfg, rank, world, out, step, run_steps, finish, memory_now_mb), steps=cfg.steps,
+                peak_rss_mb=peak_rss_mb(), conv_impl=cfg.conv_impl, device_target=cfg.device_target,
+                num_classes=num_classes)
+
+
 def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
     if cfg.fail_rank == rank and i == cfg.fail_step:
         if cfg.fail_mode == "hang":   # a Python loop that never returns: the process stays alive, its peers wait
@@ -218,15 +252,16 @@ def class_counts(labels) -> list[list[int]]:
     return [[int(i), int(c)] for i, c in zip(ids, counts)]
 
 
-def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
-    """The training steps: one metrics line per step; returns each step's wall time."""
+def _loop(cfg, rank, step, it, out, prof, steps=None, phase=None, job_step0=0) -> list[float]:
+    """The training steps (``steps``: a range, default all): one metrics line per step, tagged with ``phase``
+    and numbered from ``job_step0`` across the job when phases share it; returns each step's wall time."""
     from helpers.train.recipe import lr_per_step, step_loss
 
+    steps = range(cfg.steps) if steps is None else steps
     lrs = lr_per_step(cfg) if cfg.lr_schedule != "constant" or cfg.warmup_fraction else None
     step_times = []
-    out.write("ready", **memory_now_mb())    # memory before the first step (chapter 02 subtracts it)
     vms_peak = 0.0
-    for i in range(cfg.steps):
+    for i in steps:
         t0 = time.perf_counter()
         if cfg.accumulation_steps == 1:
             batches = [next(it)]
@@ -245,12 +280,14 @@ def _loop(cfg, rank, step, it, num_classes, out, prof) -> list[float]:
         vms_peak = max(vms_peak, mem["vms_mb"])
         rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
                    samples=int(len(lab)), rss_peak_mb=mem["rss_peak_mb"], rss_mb=mem["rss_mb"],
-                   vms_peak_mb=vms_peak, lr=lrs[i] if lrs else None, **scale_info)
+                   vms_peak_mb=vms_peak, vms_hwm_mb=mem["vms_hwm_mb"], lr=lrs[i] if lrs else None, **scale_info)
         if cfg.device_target != "CPU":   # the device allocator's own peak (it reports 0 on CPU)
             from mindspore import runtime
 
             rec["device_peak_mb"] = runtime.max_memory_allocated() / 2**20
         rec["class_counts"] = class_counts(lab)
+        if phase is not None:
+            rec.update(phase=phase, job_step=job_step0 + i - steps.start)
         out.write("step", **rec)
         step_times.append(t2 - t0)
         prof.step()

@@ -112,3 +112,38 @@ def test_tables_and_figures_from_fake_jobs(shown):
     (summary, headers), (timing, _) = shown
     assert [r[0] for r in summary] == list(chapter.STRATEGIES) and len(headers) == 6 == len(summary[0])
     assert [r[0] for r in timing] == list(chapter.STRATEGIES)
+
+
+def test_one_job_runs_the_splits_as_phases_and_shows_their_time_without_the_first_step(shown, monkeypatch,
+                                                                                        tmp_path):
+    from helpers.core.metrics import MetricsWriter
+    from helpers.job.launch import load_result
+
+    kinds = list(chapter.STRATEGIES)
+    launched = []
+
+    def fake_run_job(cfg, progress="auto"):
+        launched.append(cfg)
+        cfg.save(tmp_path / "config.json")
+        for r in range(cfg.world_size):
+            out = MetricsWriter(tmp_path, r)
+            for job_step, (i, k) in enumerate((i, k) for i in range(cfg.steps) for k in kinds):
+                out.write("step", step=i, job_step=job_step, phase=k, loss=1.0, class_counts=[[0, 1]],
+                          step_s=30.0 if job_step == 0 else 1.0, data_s=0.0)
+            for k in kinds:
+                out.write("phase_summary", phase=k, train_s=3.0, finish_s=0.5, accuracy=0.1,
+                          start_digest="same")
+            out.write("summary", phases=kinds, phase_rounds=2, num_classes=10)
+            out.close()
+        return load_result(tmp_path, wall_s=40.0)
+
+    monkeypatch.setattr(chapter, "run_job", fake_run_job)
+    base = chapter.job_config("ci", rehearse=False, chapter="01", evaluate=True).replace(world_size=2,
+                                                                                         global_batch=4, steps=3)
+    results = chapter.run_strategies(base, "none", one_job=True)
+    assert len(launched) == 1 and launched[0].phase_samplers == tuple(kinds)
+    assert list(results) == kinds and chapter.same_start(results) is True
+    assert chapter.phase_seconds(results["contiguous"]) == pytest.approx((2.0, 0.5))   # 2 later steps, evaluation
+    text = " ".join(str(x) for x in shown)
+    assert "one digest on every rank" in text and "first step (30.0 s)" in text
+    assert ("contiguous", "2.0 s", "0.5 s", 0.1) in shown[-1][0]

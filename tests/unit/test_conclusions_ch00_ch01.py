@@ -171,6 +171,14 @@ def test_ch01_each_mechanism_says_when_it_failed(changes, cid, words):
     assert c.holds is False and words in c.text
 
 
+def test_ch01_phases_of_one_job_must_start_from_one_state():
+    assert "phases_same_start" not in by_id(chapter01_claims(ch01()))          # separate jobs: no such claim
+    same = by_id(chapter01_claims(ch01(phases_of_one_job=True, phases_same_start=True)))["phases_same_start"]
+    assert same.holds is True and "one launch" in same.text
+    apart = by_id(chapter01_claims(ch01(phases_of_one_job=True, phases_same_start=False)))["phases_same_start"]
+    assert apart.holds is False and "not on equal terms" in apart.text
+
+
 def test_ch01_one_image_difference_per_class_still_holds():
     c = by_id(chapter01_claims(ch01(stratified_class_spread=1)))["per_class_split"]
     assert c.holds is True and "differ by at most 1 image" in c.text

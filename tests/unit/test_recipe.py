@@ -64,7 +64,7 @@ def test_worker_loop_runs_a_dynamic_loss_scale_step(tmp_path):
     y = ms.Tensor(np.arange(8) % 3, ms.int32)
     batches = iter([(x, y)] * 3)
     out = MetricsWriter(tmp_path, 0)
-    times = _loop(cfg, 0, step, batches, 3, out, NoProfiler())
+    times = _loop(cfg, 0, step, batches, out, NoProfiler())
     out.close()
     recs = [r for r in read_records(metrics_path(tmp_path, 0)) if r["event"] == "step"]
     assert len(times) == 3 and all(np.isfinite(r["loss"]) for r in recs)
