@@ -36,9 +36,7 @@ def machine() -> dict:
 
 def best_img_per_s(res, skip: int = SKIP_STEPS) -> float:
     """Global batch / the fastest steady step (slowest rank): less sensitive to other people's jobs."""
-    step_s = res.metric("step_s")
-    steady = step_s[:, skip:] if step_s.shape[1] > skip else step_s
-    return float(res.config.global_batch / steady.max(axis=0).min())
+    return float(res.config.global_batch / steady_step_s(res.metric("step_s"), skip, fastest=True))
 
 
 def run_record(res, skip: int = SKIP_STEPS) -> dict:

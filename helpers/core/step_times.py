@@ -7,10 +7,11 @@ import numpy as np
 RANK_REDUCTIONS = ("slowest", "mean")
 
 
-def steady_step_s(step_s, skip: int = 1, ranks: str = "slowest") -> float:
+def steady_step_s(step_s, skip: int = 1, ranks: str = "slowest", fastest: bool = False) -> float:
     """Median over steps ``skip..`` of each step's slowest rank (a data-parallel step ends when its slowest
-    rank does) or of the ranks' mean (``ranks="mean"``: where one rank's time goes). ``step_s`` is
-    (ranks x steps); step 0 compiles the graph, hence ``skip=1``; with no step after ``skip`` all are used."""
+    rank does) or of the ranks' mean (``ranks="mean"``: where one rank's time goes); the fastest such step
+    instead with ``fastest``. ``step_s`` is (ranks x steps); step 0 compiles the graph, hence ``skip=1``;
+    with no step after ``skip`` all are used."""
     if ranks not in RANK_REDUCTIONS:
         raise ValueError(f"ranks must be one of {RANK_REDUCTIONS}, not {ranks!r}")
     a = np.atleast_2d(np.asarray(step_s, dtype=float))
@@ -19,7 +20,7 @@ def steady_step_s(step_s, skip: int = 1, ranks: str = "slowest") -> float:
     if a.shape[1] > skip:
         a = a[:, skip:]
     per_step = a.max(axis=0) if ranks == "slowest" else a.mean(axis=0)
-    return float(np.median(per_step))
+    return float(per_step.min() if fastest else np.median(per_step))
 
 
 def img_per_s(step_s, global_batch: int, skip: int = 1) -> float:

@@ -210,9 +210,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     out.write("trained", train_s=train_s)
     accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
     checksum, psum = param_checksum(net)
-    steady = step_times[1:] or step_times
-    summary = dict(steps=cfg.steps, train_s=train_s, mean_step_s=float(np.mean(steady)),
-                   img_per_s=cfg.global_batch / float(np.mean(steady)), accuracy=accuracy,
+    summary = dict(steps=len(step_times), train_s=train_s, accuracy=accuracy,
                    checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
                    conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
     if cfg.strategy_file:   # per-rank checkpoints under <run_dir>/ckpt/rank_<r>/ (merged by helpers.topics.strategy)

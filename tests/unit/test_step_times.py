@@ -10,6 +10,7 @@ def test_steady_step_skips_compilation_and_takes_the_slowest_rank():
     assert steady_step_s(step_s) == 2.0                             # median of (2, 2, 5)
     assert steady_step_s(step_s, ranks="mean") == 1.5               # median of (1.5, 1.5, 3.5)
     assert steady_step_s([[3.0]]) == 3.0                            # one step only: it is used
+    assert steady_step_s(step_s, fastest=True) == 2.0               # the fastest of the slowest-rank steps
     assert img_per_s(step_s, 64) == 32.0
 
 
