@@ -23,13 +23,15 @@ from benchmarks.table import RESULTS_DIR, write_results_md
 
 # name -> takes --preset; in the order `all` runs them (cheap, single-process ones first)
 BENCHMARKS = {
-    "sampler": False, "conv_cpu": False, "launch_overhead": False, "startup": True, "vs_pytorch": False,
+    "sampler": False, "conv_cpu": False, "launch_overhead": False, "startup": True, "sampler_phases": True,
+    "vs_pytorch": False,
     "vs_model_train": True,
     "vs_mindcv": True,
     "scaling": True, "knobs": True, "comm_fusion": True, "accumulation": False, "hybrid": True,
     "course_time": True,
 }
-SAVES_ITSELF = {"vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch"}
+SAVES_ITSELF = {"vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
+                "sampler_phases"}
 
 
 def _json_from(text: str) -> dict:

@@ -235,6 +235,19 @@ def startup_rows(rows: Rows) -> None:
                      f"{lv.get('same_losses_as_default')}")
 
 
+def phase_rows(rows: Rows) -> None:
+    """``benchmarks.sampler_phases``: chapter 01's splits as phases of one job against one job each."""
+    d = rows.results.get("sampler_phases")
+    if not d:
+        return
+    med = d.get("median_s") or {}
+    rows.add("chapter 01's four splits: one job (phases) / one job each, wall seconds", d.get("one_job_over_own_jobs"),
+             "< 1", "sampler_phases",
+             f"{d.get('preset')} preset, {d.get('steps')} steps per split, median of {d.get('repeats')} alternated: "
+             f"{med.get('one_job')} s vs {med.get('own_jobs')} s; largest per-step loss difference between the two "
+             f"ways {d.get('max_loss_diff')}")
+
+
 def pytorch_rows(rows: Rows) -> None:
     """One CPU train step of the course's ResNet-18 layout, MindSpore (im2col) / PyTorch (``vs_pytorch``)."""
     cases = _get(rows.results, "vs_pytorch", "cases") or {}
@@ -288,7 +301,7 @@ def training_rows(rows: Rows) -> None:
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
 
 
-ROW_MAKERS = (comparison_rows, course_rows, startup_rows, pytorch_rows, knob_rows, launch_and_data_rows,
+ROW_MAKERS = (comparison_rows, course_rows, startup_rows, phase_rows, pytorch_rows, knob_rows, launch_and_data_rows,
               training_rows)
 
 

@@ -155,3 +155,11 @@ def test_measured_on_groups_result_files_by_cpu():
     assert "**AMD EPYC**: a, c" in text and "**Intel Xeon**: course_time (ci)" in text
     assert "**not recorded**: b" in text
     assert measured_on({}) == ""
+
+
+def test_sampler_phases_row_judges_one_job_against_one_job_each():
+    res = {"sampler_phases": {"preset": "ci", "steps": 4, "repeats": 3, "one_job_over_own_jobs": 0.55,
+                              "median_s": {"one_job": 55.0, "own_jobs": 100.0}, "max_loss_diff": 0.0}}
+    row = _by_what(goal_rows(res))["chapter 01's four splits: one job (phases) / one job each, wall seconds"]
+    assert (row.measured, judge(row.measured, row.goal)) == (0.55, "met")
+    assert "55.0 s vs 100.0 s" in row.note and "loss difference between the two ways 0.0" in row.note
