@@ -1,9 +1,4 @@
-"""Several samplers trained as phases of one job: one launch instead of one per sampler (chapter 01).
-
-Every phase starts from the job's initial train-step state (weights, BatchNorm statistics, optimizer moments and
-step counter), the phases take turns in rounds of steps on the same compiled graph, and each phase's records
-carry its name, so ``JobResult.phase`` reads each as if it had been its own job.
-"""
+"""Several samplers trained as phases of one job, each from the same start, alternated: one launch, not four."""
 
 from __future__ import annotations
 

@@ -82,8 +82,8 @@ def apply_cpu_memory_cap(cfg: JobConfig) -> None:
 
 
 def vms_high_water_mb(now_mb: float) -> float:
-    """The kernel's high-water mark of this process's virtual size (``VmPeak``), in MB: the smallest RLIMIT_AS
-    under which everything so far fits, transients inside a step included; ``now_mb`` where /proc has none."""
+    """The kernel's high-water mark of this process's virtual size (``VmPeak``) since it started, in MB:
+    transients inside a step included (``vms_mb`` is read after the step); ``now_mb`` where /proc has none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
