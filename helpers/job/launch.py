@@ -152,6 +152,11 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None, bin_dir: str 
     env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
     if cfg.device_target == "CPU":
         env["OMP_NUM_THREADS"] = str(cfg.threads_per_rank)
+        # A CPU collective waits 30 s for a peer by default (collective_ops_impl.h: kCollectiveCommTimeout), less
+        # than one rank can take longer than another to compile its first step when two jobs share 2 cores (a
+        # CI run's chapter 00 failed so: "Ring ReduceScatter wait receiving [3,1] failed"). Hangs are the
+        # launcher's to name (helpers.job.stall), so the wait gets its compile allowance. A user's setting wins.
+        env.setdefault("MS_CPU_COMM_OP_TIMEOUT", str(int(cfg.compile_stall_s)))
     if cfg.compile_cache:
         # Graph compilation is most of a small job's first step; MindSpore checks the cache against the
         # network's source, so a changed model compiles afresh.

@@ -232,3 +232,11 @@ def test_job_workers_are_the_ranks_not_the_scheduler_or_other_jobs():
             p.kill()
             p.wait()
     assert job_workers(job) == []
+
+
+def test_cpu_collectives_wait_as_long_as_the_compile_allowance_unless_the_user_set_it():
+    env = job_env(job_config("ci", compile_stall_s=450.0), "job-1", base={"PATH": "/usr/bin"})
+    assert env["MS_CPU_COMM_OP_TIMEOUT"] == "450"
+    env = job_env(job_config("ci"), "job-1", base={"PATH": "/usr/bin", "MS_CPU_COMM_OP_TIMEOUT": "60"})
+    assert env["MS_CPU_COMM_OP_TIMEOUT"] == "60"
+    assert "MS_CPU_COMM_OP_TIMEOUT" not in job_env(job_config("gpu8"), "job-1", base={"PATH": "/usr/bin"})
