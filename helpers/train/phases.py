@@ -13,11 +13,12 @@ def step_state(step) -> dict:
 
 
 def load_state(step, state: dict) -> None:
-    """Put ``state`` (from ``step_state``) back into the train step's parameters, in place: no recompilation."""
+    """Put ``state`` (from ``step_state``) back into the train step's parameters, copied into their memory (the
+    graph reads it; ``set_data`` left the optimizer's step counter stale there); no recompilation."""
     import mindspore as ms
 
     for p in step.get_parameters():
-        p.set_data(ms.Tensor(state[p.name]))
+        p.copy_(ms.Tensor(state[p.name]))
 
 
 def rounds(steps: int, n_rounds: int) -> list[range]:
