@@ -84,7 +84,7 @@ def amp_claims(r: dict) -> list[Claim]:
     casts = ", ".join(f"{k} {cast[k]:.0f}" for k in ("O0",) + AMP_LEVELS)
     impl = r["conv_impl"]
     conv_words = ("`Conv2D` and its two backward kernels" if impl == "native" else
-                  "im2col's `Im2Col`, `BatchMatMul`, `MatMul`, `Col2Im`, and `Conv2D*` for the native 1x1 shortcuts")
+                  "im2col's `Im2Col`, `BatchMatMul` and `Col2Im`")
     same = same_kernels(kernels, conv)
     n_conv = {lv: sum(round(kernels[lv].get(t, 0)) for t in conv) for lv in ("O0", "O3")}
     n_sep = {lv: ", ".join(f"{t} {round(kernels[lv].get(t, 0))}" for t in SEPARATE_KERNELS) for lv in ("O0", "O3")}

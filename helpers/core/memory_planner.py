@@ -159,10 +159,13 @@ class _Walker:
         weight = cout * cin * k * k
         out = cout * ho * wo
         grads = out + cin * h * w                      # dY and dX of this layer's backward
-        if self.conv_impl == "im2col" and k > 1:
+        # im2col: the weight broadcast over the batch is one tensor shared by forward and backward (kept)
+        if self.conv_impl == "im2col" and (k > 1 or s > 1):
             cols = cin * k * k * ho * wo
             saved, what = cols + weight, f"im2col columns ({cin * k * k}x{ho * wo}) + weight broadcast"
-            work = grads + 2 * cols                   # column gradient + transposed columns for dW
+            work = grads + cols                       # + the column gradient
+        elif self.conv_impl == "im2col":              # 1x1 stride 1: the input itself is the columns
+            saved, what, work = weight, "weight broadcast (the input is kept by its producer)", grads
         else:
             saved, what, work = 0, "input (kept by its producer)", grads
         self.add(name=name, block=block, kind="conv", out_shape=(cout, ho, wo), params=weight, buffers=0,

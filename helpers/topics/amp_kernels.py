@@ -2,22 +2,18 @@
 
 from __future__ import annotations
 
-# The kernels that compute a model's convolutions, by ``conv_impl`` (helpers.train.im2col_conv). ``im2col`` rewrites
-# only kernels larger than 1x1 (ResNet-18 at ci: 17 of 20 convolutions, measured per step on this machine):
-# forward ``Im2Col`` (unfold) + ``BatchMatMul``; backward ``BatchMatMul`` + ``Col2Im`` for the input gradient and
-# ``MatMul`` for the weight gradient (``MatMul`` also counts the classifier's three). The 1x1 convolutions (the
-# downsample shortcuts) stay native ``Conv2D`` kernels, so under im2col the ``Conv2D*`` counts are those alone.
+# The kernels that compute a model's convolutions, by ``conv_impl`` (helpers.train.im2col_conv). ``im2col`` runs every
+# convolution as a batched matmul: forward ``Im2Col`` (unfold; not for 1x1 stride-1 kernels, whose columns are the
+# input) + ``BatchMatMul``; backward two ``BatchMatMul`` (weight and column gradients) + ``Col2Im`` (fold). No
+# ``Conv2D*`` kernel runs under im2col, and ``MatMul`` is the classifier's alone.
 CONV_KERNELS = {"native": ("Conv2D", "Conv2DBackpropInput", "Conv2DBackpropFilter"),
-                "im2col": ("Im2Col", "BatchMatMul", "MatMul", "Col2Im")}
+                "im2col": ("Im2Col", "BatchMatMul", "Col2Im")}
 
 
 def conv_kernel_types(conv_impl: str) -> tuple[str, ...]:
-    """The kernel types that ran a job's convolutions: native ``Conv2D`` and its two backward kernels, plus
-    im2col's unfold/MatMul kernels when ``conv_impl == "im2col"`` (its 1x1 convolutions stay native)."""
-    if conv_impl == "native":
-        return CONV_KERNELS["native"]
-    if conv_impl == "im2col":
-        return CONV_KERNELS["im2col"] + CONV_KERNELS["native"]
+    """The kernel types that ran a job's convolutions under its (resolved) ``conv_impl``."""
+    if conv_impl in CONV_KERNELS:
+        return CONV_KERNELS[conv_impl]
     raise ValueError(f"conv_impl must be 'native' or 'im2col' (resolved), got {conv_impl!r}")
 
 
@@ -26,9 +22,8 @@ def conv_kernels_note(conv_impl: str) -> str:
     if conv_impl == "native":
         return ("The convolutions ran on MindSpore's native kernel (`conv_impl='native'`): "
                 "the convolution columns count `Conv2D`, `Conv2DBackpropInput` and `Conv2DBackpropFilter`.")
-    return ("The convolutions larger than 1x1 ran as im2col + MatMul (`conv_impl='im2col'`): "
-            "the convolution columns count `Im2Col`, `BatchMatMul`, `MatMul` (which also carries "
-            "the classifier's three) and `Col2Im`; the `Conv2D*` columns count only the native 1x1 shortcut convolutions.")
+    return ("The convolutions ran as im2col + batched matmul (`conv_impl='im2col'`): the convolution columns "
+            "count `Im2Col`, `BatchMatMul` and `Col2Im`; no `Conv2D*` kernel ran.")
 
 
 def kernel_calls(types_table: dict, types) -> dict[str, float]:

@@ -1,11 +1,11 @@
 """Convolution implementations with identical parameters: MindSpore's native kernel or im2col + MatMul.
 
 Why: on this course's machine (AMD EPYC, AVX-512) MindSpore 2.10 runs a CPU ``Conv2d`` through a composite
-oneDNN kernel; ``ops.unfold`` (im2col) + MatMul gives the same outputs and gradients, and a whole training
-step ran 6.4x (ci model) and 11x (cpu model) faster (``benchmarks/results/conv_cpu.json``). Other CPUs were
-not measured, so ``conv_impl="auto"`` times both per machine (``helpers.train.conv_autoselect``); on
-GPU/Ascend the native kernel is used. The price is memory: the unfolded columns (kh*kw times the input) are
-kept for the backward pass.
+oneDNN kernel that is slow at every kernel size, 1x1 included; unfolding (im2col) or slicing the input and
+multiplying by the weight gives the same outputs and gradients in a fraction of the time
+(``benchmarks/results/conv_cpu.json``). Other CPUs were not measured, so ``conv_impl="auto"`` times both per
+machine (``helpers.train.conv_autoselect``); on GPU/Ascend the native kernel is used. The price is memory: a
+convolution larger than 1x1 keeps its unfolded columns (kh*kw times the input) for the backward pass.
 
 ``Im2ColConv2d`` takes its ``weight`` from an ``nn.Conv2d`` built with the same arguments (same name, shape,
 initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not an
@@ -19,8 +19,28 @@ from mindspore import nn, ops
 CONV_IMPLS = ("native", "im2col")
 
 
+class WeightTimesColumns(nn.Cell):
+    """``w (O, K) @ cols (N, K, L) -> (N, O, L)`` with a hand-written backward: two batched matmuls whose
+    transpose flags replace the explicit ``Transpose`` of the columns that autodiff of a broadcast matmul adds."""
+
+    def __init__(self):
+        super().__init__()
+        self.bmm = ops.BatchMatMul()
+        self.bmm_a_t = ops.BatchMatMul(transpose_a=True)
+        self.bmm_b_t = ops.BatchMatMul(transpose_b=True)
+
+    def construct(self, w, cols):
+        return self.bmm(w.broadcast_to((cols.shape[0],) + w.shape), cols)
+
+    def bprop(self, w, cols, out, dout):
+        dw = self.bmm_b_t(dout, cols).sum(0)                                          # sum_n dY_n @ cols_n^T
+        dcols = self.bmm_a_t(w.broadcast_to((cols.shape[0],) + w.shape), dout)          # W^T @ dY_n
+        return dw, dcols
+
+
 class Im2ColConv2d(nn.Cell):
-    """``nn.Conv2d`` (NCHW, no groups, no dilation, explicit padding) computed as unfold + MatMul."""
+    """``nn.Conv2d`` (NCHW, no groups, no dilation, explicit padding) computed as unfold + MatMul; a 1x1
+    stride-1 kernel needs no unfold: its columns are the input itself."""
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, has_bias=False,
                  weight_init=None):
@@ -34,14 +54,17 @@ class Im2ColConv2d(nn.Cell):
         self._k = kernel_size
         self._s = stride
         self._p = padding
+        self.times = WeightTimesColumns()
 
     def construct(self, x):
-        n, _, h, w = x.shape
-        cols = ops.unfold(x, self._k, 1, self._p, self._s)              # (N, C*k*k, L)
-        wmat = self.weight.reshape(self.out_channels, -1)                 # (O, C*k*k)
-        out = ops.matmul(wmat, cols)                                      # (N, O, L)
+        n, c, h, w = x.shape
         ho = (h + 2 * self._p - self._k) // self._s + 1
         wo = (w + 2 * self._p - self._k) // self._s + 1
+        if self._k == 1 and self._s == 1 and self._p == 0:
+            cols = x.reshape(n, c, h * w)                                 # (N, C, L): the input itself
+        else:
+            cols = ops.unfold(x, self._k, 1, self._p, self._s)            # (N, C*k*k, L)
+        out = self.times(self.weight.reshape(self.out_channels, -1), cols)   # (N, O, L)
         out = out.reshape(n, self.out_channels, ho, wo)
         if self.has_bias:
             out = out + self.bias.reshape(1, -1, 1, 1)
@@ -49,15 +72,11 @@ class Im2ColConv2d(nn.Cell):
 
 
 def make_conv(in_channels, out_channels, kernel_size, stride=1, impl="native", weight_init=None):
-    """A bias-free ResNet convolution with ``padding = kernel_size // 2``.
-
-    ``impl="im2col"`` only changes kernels larger than 1x1: MindSpore's 1x1 convolution is already fast
-    on CPU (about 25 GFLOP/s measured), so rewriting it would only add transposes.
-    """
+    """A bias-free ResNet convolution with ``padding = kernel_size // 2``, native or im2col."""
     if impl not in CONV_IMPLS:
         raise ValueError(f"conv_impl must be one of {CONV_IMPLS}, got {impl!r}")
     padding = kernel_size // 2
-    if impl == "im2col" and kernel_size > 1:
+    if impl == "im2col":
         return Im2ColConv2d(in_channels, out_channels, kernel_size, stride=stride, padding=padding,
                             weight_init=weight_init)
     return nn.Conv2d(in_channels, out_channels, kernel_size, stride=stride, pad_mode="pad",

@@ -95,10 +95,15 @@ def test_one_conv_bn_relu_layer_by_hand():
     assert stem["name"] == "stem"
     assert stem["saved_mib"] * 2 ** 20 == (3 * 32 * 32 + 2 * 16 * 32 * 32) * 4 * 8 == 1_146_880
 
-    # im2col: the conv keeps its columns (3*3*3 rows x 32*32 positions) and a per-image weight copy.
+    # im2col: the conv keeps its columns (3*3*3 rows x 32*32 positions) and a per-image weight copy; a strided
+    # 1x1 keeps its strided input (16 rows x 16*16 positions); a 1x1 stride-1 conv keeps only the weight copy.
     rows = {r.name: r for r in layer_walk("resnet18", 32, 10, 0.25, "small", "im2col")}
     assert rows["stem.conv"].saved_elements == 27 * 32 * 32 + 16 * 27
     assert rows["layer1.0.conv1"].saved_elements == 16 * 9 * 32 * 32 + 16 * 16 * 9
+    assert rows["layer2.0.down.conv"].saved_elements == 16 * 16 * 16 + 32 * 16
+    assert rows["layer2.0.down.conv"].workspace_elements == 32 * 16 * 16 + 16 * 32 * 32 + 16 * 16 * 16
+    r50 = {r.name: r for r in layer_walk("resnet50", 64, 10, 0.25, "imagenet", "im2col")}
+    assert r50["layer1.0.conv1"].saved_elements == 16 * 16
 
 
 def test_strided_bottleneck_by_hand():

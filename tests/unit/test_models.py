@@ -19,9 +19,10 @@ def test_conv_impl_changes_no_parameter():
     shapes = lambda net: [(n, tuple(p.shape)) for n, p in net.parameters_and_names()]  # noqa: E731
     assert shapes(a) == shapes(b)
     assert any(isinstance(c, Im2ColConv2d) for _, c in b.cells_and_names())
+    assert not any(isinstance(c, nn.Conv2d) for _, c in b.cells_and_names()), "1x1 shortcuts are im2col too"
 
 
-@pytest.mark.parametrize("k, stride, cin, cout", [(3, 1, 4, 6), (3, 2, 5, 8), (7, 2, 3, 4)])
+@pytest.mark.parametrize("k, stride, cin, cout", [(3, 1, 4, 6), (3, 2, 5, 8), (7, 2, 3, 4), (1, 1, 6, 5), (1, 2, 5, 7)])
 def test_im2col_matches_native_outputs_and_gradients(k, stride, cin, cout):
     ms.set_context(mode=ms.PYNATIVE_MODE)
     rng = np.random.default_rng(0)
@@ -49,7 +50,7 @@ def test_unknown_arch_and_conv_impl_are_rejected():
         build_model("resnet77")
     with pytest.raises(ValueError, match="conv_impl"):
         make_conv(3, 4, 3, impl="winograd")
-    assert isinstance(make_conv(3, 4, 1, impl="im2col"), nn.Conv2d)
+    assert isinstance(make_conv(3, 4, 1, impl="im2col"), Im2ColConv2d)
 
 
 def test_no_helpers_module_shadows_a_mindspore_layer_module():
