@@ -285,7 +285,11 @@ def training_rows(rows: Rows) -> None:
                      c.get("throughput_ratio_accumulated_over_full"), ">= 0.90" if goal else "", "accumulation",
                      "" if goal else "micro-steps of a few images: a graph launch's fixed cost dominates")
         rows.add("memory planner / measured activation slope", _get(d, "planner", "planner_vs_measured_slope_ratio"),
-                 "0.75..1.25", "accumulation")
+                 "0.75..1.25", "accumulation", "native convolution")
+        if d.get("planner_im2col"):
+            rows.add("memory planner / measured activation slope (im2col)",
+                     _get(d, "planner_im2col", "planner_vs_measured_slope_ratio"), "0.75..1.25", "accumulation",
+                     "im2col convolution")
     d = rows.results.get("comm_fusion")
     if d:
         rows.add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),

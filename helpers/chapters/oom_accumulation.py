@@ -18,24 +18,26 @@ from helpers.output.tables import show_md, show_table
 from helpers.topics import memory_scenarios as scenarios
 from helpers.topics.memory_runs import cap_below, job_memory, planner_vs_measured, sweep
 
-# Sizes per preset. The experiment runs the preset's model; 'ci' and 'cpu' use the im2col convolution for the
-# out-of-memory part (the notebook's section 1 says why); 'rehearsal' is gpu8 rehearsed on CPU (ResNet-50 at
-# 224 px, 2 ranks, the CPU memory cap; native 3x3 at 224 px took ~17 s per step, hence its im2col grad check).
+# Sizes per preset. The experiment runs the preset's model; 'ci' and 'cpu' use the im2col convolution and 64 px
+# images for the out-of-memory part (the notebook's section 1 says why: MindSpore's CPU pool reserves 1 GiB blocks,
+# and only a full batch that outgrows the first block can be told from its micro-batch by an address-space cap);
+# 'rehearsal' is gpu8 rehearsed on CPU (ResNet-50 at 224 px, 2 ranks, the CPU memory cap; native 3x3 at 224 px
+# took ~17 s per step, hence its im2col grad check). The grad check and the sweep keep the preset's image size.
 PRESETS = {
     "ci": dict(batch_per_rank=96, accumulation_steps=4, steps=3, conv_impl="im2col", cap_margin_mb=256,
-               grad_check_ranks=2, grad_check_conv="native",
+               image_size=64, grad_check_ranks=2, grad_check_conv="native",
                sweep=dict(batches=(16, 48, 96), arch=None, width=None, image_size=None)),
-    "cpu": dict(batch_per_rank=64, accumulation_steps=4, steps=8, conv_impl="im2col", cap_margin_mb=256,
-                grad_check_ranks=2, grad_check_conv="native",
+    "cpu": dict(batch_per_rank=48, accumulation_steps=4, steps=8, conv_impl="im2col", cap_margin_mb=256,
+                image_size=64, grad_check_ranks=2, grad_check_conv="native",
                 sweep=dict(batches=(16, 32, 64), arch=None, width=None, image_size=None)),
     "gpu8": dict(batch_per_rank=64, accumulation_steps=4, steps=50, conv_impl="native", cap_margin_mb=None,
-                 grad_check_ranks=None, grad_check_conv="native",
+                 image_size=None, grad_check_ranks=None, grad_check_conv="native",
                  sweep=dict(batches=(4, 8, 16), arch="resnet50", width=1.0, image_size=64)),
-    "rehearsal": dict(batch_per_rank=4, accumulation_steps=2, steps=2, conv_impl="im2col", cap_margin_mb=128,
-                      grad_check_ranks=2, grad_check_conv="im2col",
+    "rehearsal": dict(batch_per_rank=8, accumulation_steps=4, steps=2, conv_impl="im2col", cap_margin_mb=128,
+                      image_size=None, grad_check_ranks=2, grad_check_conv="im2col",
                       sweep=dict(batches=(1, 2, 4), arch="resnet50", width=1.0, image_size=64)),
 }
-SIZE_KEYS = ("batch_per_rank", "accumulation_steps", "steps", "conv_impl", "cap_margin_mb")
+SIZE_KEYS = ("batch_per_rank", "accumulation_steps", "steps", "conv_impl", "cap_margin_mb", "image_size")
 GIB, MIB = 2 ** 30, 2 ** 20
 GRAD_RESULT_KEYS = ("grad_check_same_on_all_ranks", "grad_max_abs_diff_no_bn", "grad_max_abs_diff_bn",
                     "grad_max_rel_diff_bn", "grad_cosine_bn", "grad_max_abs_diff_bn_frozen",
@@ -54,6 +56,7 @@ class Sizes:
     impl: str
     margin: int | None
     preset: dict
+    model_image_size: int     # the preset's own image size (the grad check and the sweep run at it)
 
 
 def chapter_sizes(preset: str, rehearse: bool = False, sweep_batches=None, **overrides) -> Sizes:
@@ -63,11 +66,12 @@ def chapter_sizes(preset: str, rehearse: bool = False, sweep_batches=None, **ove
         chosen["sweep"] = {**chosen["sweep"], "batches": tuple(sweep_batches)}
     size = {k: overrides.pop(k, None) or chosen[k] for k in SIZE_KEYS}
     arch = overrides.pop("arch", None) or ("resnet152" if preset == "gpu8" and not rehearse else None)
-    base = job_config(preset, rehearse=rehearse, chapter="02", arch=arch, steps=size["steps"], **overrides)
+    model = job_config(preset, rehearse=rehearse, chapter="02", arch=arch, steps=size["steps"], **overrides)
+    base = model.replace(image_size=size["image_size"] or model.image_size)
     per_rank, k = size["batch_per_rank"], size["accumulation_steps"]
     # float32: what the planner counts; accumulation applies no loss scale
     base = base.replace(global_batch=per_rank * base.world_size, conv_impl=size["conv_impl"], amp_level="O0")
-    return Sizes(base, per_rank, k, per_rank // k, size["conv_impl"], size["cap_margin_mb"], chosen)
+    return Sizes(base, per_rank, k, per_rank // k, size["conv_impl"], size["cap_margin_mb"], chosen, model.image_size)
 
 
 def blog_rows() -> tuple[dict, list]:
@@ -254,7 +258,8 @@ class OomChapter:
         self.gc_ranks = self.s.preset["grad_check_ranks"] or self.base.world_size
         cfg = self.base.replace(name="grad_check", task="grad_check", conv_impl=self.s.preset["grad_check_conv"],
                                 micro_batch=self.s.micro, accumulation_steps=self.s.k, steps=1,
-                                world_size=self.gc_ranks, global_batch=self.s.per_rank * self.gc_ranks)
+                                world_size=self.gc_ranks, global_batch=self.s.per_rank * self.gc_ranks,
+                                image_size=self.s.model_image_size)
         self.grad = g = grad_check_record(list(run_job(cfg, progress=self.progress).summaries.values()))
         show_table(grad_check_rows(g, self.base.arch),
                    ["network", f"max |accumulated - full| ({self.s.k} x {self.s.micro})", "largest gradient element",
@@ -272,7 +277,7 @@ class OomChapter:
         oneDNN's kernel per convolution pass."""
         sw, b = self.s.preset["sweep"], self.base
         self.sw_arch, self.sw_width = sw["arch"] or b.arch, sw["width"] or b.width
-        self.sw_size = sw["image_size"] or b.image_size
+        self.sw_size = sw["image_size"] or self.s.model_image_size
         self.sweep_rows = sweep(sw["batches"], arch=self.sw_arch, width=self.sw_width, stem=b.stem,
                                 image_size=self.sw_size, conv_impl="native", steps=1, onednn_verbose=True)
         self.pvm = planner_vs_measured(self.sweep_rows, arch=self.sw_arch, width=self.sw_width, stem=b.stem,

@@ -37,6 +37,9 @@ def test_ci_sizes_and_overrides():
     s = oa.chapter_sizes("ci")
     assert (s.per_rank, s.k, s.micro, s.impl, s.margin) == (96, 4, 24, "im2col", 256)
     assert s.base.global_batch == 96 * s.base.world_size and s.base.amp_level == "O0" and s.base.steps == 3
+    assert (s.base.image_size, s.model_image_size) == (64, 32), "the experiment outgrows a 1 GiB pool block"
+    assert oa.chapter_sizes("ci", image_size=48).base.image_size == 48
+    assert oa.chapter_sizes("gpu8", rehearse=True).base.image_size == 224
     t = oa.chapter_sizes("ci", sweep_batches=(8, 16), batch_per_rank=32, accumulation_steps=2, world_size=2)
     assert (t.per_rank, t.k, t.micro, t.base.world_size, t.base.global_batch) == (32, 2, 16, 2, 64)
     assert t.preset["sweep"]["batches"] == (8, 16) and oa.PRESETS["ci"]["sweep"]["batches"] == (16, 48, 96)
@@ -45,7 +48,7 @@ def test_ci_sizes_and_overrides():
 def test_gpu8_runs_resnet152_and_the_rehearsal_its_own_sizes():
     assert oa.chapter_sizes("gpu8").base.arch == "resnet152"
     r = oa.chapter_sizes("gpu8", rehearse=True)
-    assert r.base.arch != "resnet152" and (r.per_rank, r.k) == (4, 2) and r.preset["grad_check_conv"] == "im2col"
+    assert r.base.arch != "resnet152" and (r.per_rank, r.k) == (8, 4) and r.preset["grad_check_conv"] == "im2col"
 
 
 def test_blog_case_fits_in_40_gib_by_the_planner():
