@@ -285,7 +285,9 @@ def training_rows(rows: Rows) -> None:
                      c.get("throughput_ratio_accumulated_over_full"), ">= 0.90" if goal else "", "accumulation",
                      "" if goal else "micro-steps of a few images: a graph launch's fixed cost dominates")
         rows.add("memory planner / measured activation slope", _get(d, "planner", "planner_vs_measured_slope_ratio"),
-                 "0.75..1.25", "accumulation", "native convolution")
+                 "0.75..1.25", "accumulation", "native convolution; on AVX-512 oneDNN's composite kernel also books "
+                 "NHWC copies of each convolution's input and output, which the planner does not count (chapter 02, "
+                 "section 5, prints planner + copies against the measured slope)")
         if d.get("planner_im2col"):
             rows.add("memory planner / measured activation slope (im2col)",
                      _get(d, "planner_im2col", "planner_vs_measured_slope_ratio"), "0.75..1.25", "accumulation",

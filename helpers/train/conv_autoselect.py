@@ -2,8 +2,8 @@
 
 Which kernel MindSpore's CPU ``Conv2d`` lands in depends on the processor's instruction set (oneDNN picks it at run
 time). On this course's machine (AMD EPYC with AVX-512) oneDNN ran 3x3 convolutions (forward, input gradient) as
-``jit_uni_ncsp:conv+ref:any`` and im2col + MatMul made a whole training step 6.4x (ci model) to 11x (cpu model) faster
-(``benchmarks/results/conv_cpu.json``: native 5.7-11x slower in every case). No other CPU has been measured for
+``jit_uni_ncsp:conv+ref:any`` and im2col + MatMul made a whole training step 10x (ci model) to 17x (cpu model) faster
+(``benchmarks/results/conv_cpu.json``: native 7.7-18x slower in every case). No other CPU has been measured for
 the course, and one where oneDNN has a direct kernel for this layout may reverse the order. So the course does not
 assume: ``auto`` times one
 training step of the job's own model (per-rank batch, one thread, after compilation) with each
