@@ -1,11 +1,12 @@
 """Convolution implementations with identical parameters: MindSpore's native kernel or im2col + MatMul.
 
 Why: on this course's machine (AMD EPYC, AVX-512) MindSpore 2.10 runs a CPU ``Conv2d`` through a composite
-oneDNN kernel that is slow at every kernel size, 1x1 included; unfolding (im2col) or slicing the input and
-multiplying by the weight gives the same outputs and gradients in a fraction of the time
+oneDNN kernel that is slow at every kernel size, 1x1 included; unfolding the input (im2col; a 1x1 stride-1
+kernel needs none) and multiplying by the weight gives the same outputs and gradients in a fraction of the time
 (``benchmarks/results/conv_cpu.json``). Other CPUs were not measured, so ``conv_impl="auto"`` times both per
 machine (``helpers.train.conv_autoselect``); on GPU/Ascend the native kernel is used. The price is memory: a
-convolution larger than 1x1 keeps its unfolded columns (kh*kw times the input) for the backward pass.
+convolution other than a 1x1 stride-1 one keeps its unfolded columns (kh*kw times its output positions) for
+the backward pass.
 
 ``Im2ColConv2d`` takes its ``weight`` from an ``nn.Conv2d`` built with the same arguments (same name, shape,
 initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not an
@@ -41,7 +42,7 @@ class WeightTimesColumns(nn.Cell):
 
 
 @lru_cache(maxsize=None)
-def shared_times() -> "WeightTimesColumns":
+def shared_times() -> WeightTimesColumns:
     """One parameter-free ``WeightTimesColumns`` for every convolution of this process: its backward is parsed
     once instead of once per convolution (a ci-model graph compiled about 15 % faster)."""
     return WeightTimesColumns()
