@@ -107,10 +107,11 @@ def _accuracy_claim(r: dict) -> Claim:
     acc, chance = r["accuracy"], 1.0 / r["num_classes"]
     lo, hi = min(acc.values()), max(acc.values())
     if hi < NEAR_CHANCE * chance:
+        span = f"{lo:.2f}" if f"{lo:.2f}" == f"{hi:.2f}" else f"{lo:.2f}-{hi:.2f}"
         return claim("accuracy", None,
-                     "After {steps} steps every split's held-out accuracy is {lo:.2f}-{hi:.2f}, near chance "
+                     "After {steps} steps every split's held-out accuracy is {span}, near chance "
                      "({chance:.2f}): too few steps to compare the splits by accuracy (the cpu preset trains longer).",
-                     steps=r["steps"], lo=lo, hi=hi, chance=chance)
+                     steps=r["steps"], lo=lo, hi=hi, span=span, chance=chance)
     best = max(acc, key=acc.get)
     return claim("accuracy", None,
                  "Held-out accuracy after {steps} steps: " + ", ".join(f"{NAMES[k]} {v:.3f}" for k, v in acc.items())
