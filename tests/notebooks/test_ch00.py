@@ -28,11 +28,11 @@ def test_00_environment_setup(standin, tmp_path):
         # communication) is bit-identical in both layouts.
         assert cmp["same_data"] is True and cmp["first_losses_equal"] is True
         # The checksum relation the chapter states: the final checksums are equal exactly when no step's loss
-        # differed; with 8 ranks over 2 nodes the AllReduce sums in another order, so step 2 already differs in
-        # the float32 rounding of the loss and the checksums differ, while the parameters stay close.
+        # differed. Whether one differs depends on the kernels (with native 1x1 convolutions step 2 differed; with
+        # every convolution as im2col both layouts ended bit-identical); a difference is float32 rounding.
         assert cmp["same_checksum"] == (cmp["first_divergent_step"] is None)
-        assert cmp["same_checksum"] is False and cmp["first_divergent_step"] == 2
-        assert 0 < cmp["loss_diff_at_divergence"] < 1e-5
+        if cmp["first_divergent_step"] is not None:
+            assert cmp["first_divergent_step"] >= 2 and 0 < cmp["loss_diff_at_divergence"] < 1e-5
         assert cmp["param_sum_rel_diff"] < 1e-3
     else:
         assert r["multinode_skipped"]
