@@ -4,9 +4,8 @@ Why: on this course's machine (AMD EPYC, AVX-512) MindSpore 2.10 runs a CPU ``Co
 oneDNN kernel that is slow at every kernel size, 1x1 included; unfolding the input (im2col; a 1x1 stride-1
 kernel needs none) and multiplying by the weight gives the same outputs and gradients in a fraction of the time
 (``benchmarks/results/conv_cpu.json``). Other CPUs were not measured, so ``conv_impl="auto"`` times both per
-machine (``helpers.train.conv_autoselect``); on GPU/Ascend the native kernel is used. The price is memory: a
-convolution other than a 1x1 stride-1 one keeps its unfolded columns (kh*kw times its output positions) for
-the backward pass.
+machine (``helpers.train.conv_autoselect``); on GPU/Ascend the native kernel is used. The price is memory:
+the unfolded columns (kh*kw rows per input channel) are kept for the backward pass.
 
 ``Im2ColConv2d`` takes its ``weight`` from an ``nn.Conv2d`` built with the same arguments (same name, shape,
 initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not an
