@@ -8,7 +8,7 @@ the full batch's, throughput >= 0.9x, planner slope within 25 %. Cases: ``oom_ex
 resnet18 x0.125, 64 px, im2col, 96 images per rank, K=4) and ``tiny_micro_batch`` (the ci preset's 8 per rank
 as 2 x 4, native: micro-steps where the fixed cost of a graph launch dominates).
 
-    python -m benchmarks.accumulation [--repeats 2] [--out benchmarks/results/accumulation.json]
+    python -m benchmarks.accumulation [--repeats 3] [--out benchmarks/results/accumulation.json]
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def run_case(name: str, spec: dict, repeats: int, root: Path) -> dict:
 def main(argv=None):
     """Run the cases and the planner-vs-measured sweep; print the JSON (and write it to ``--out``)."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", nargs="*", default=list(CASES))
     ap.add_argument("--sweep", type=int, nargs="*", default=[16, 48, 96])
     ap.add_argument("--out", default=None, help="also write the JSON here")

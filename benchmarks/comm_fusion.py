@@ -6,7 +6,7 @@ change in machine load hits both. Prints JSON: AllReduce calls per step (from th
 time without the profiler and the fused/baseline ratio, communication share (profiled) for both.
 Goal: fused step time <= 0.6x baseline on this CPU setup.
 
-    python -m benchmarks.comm_fusion [--repeats 2] [--world-size 8] [--steps 10] [--profile-from 6]
+    python -m benchmarks.comm_fusion [--repeats 3] [--world-size 8] [--steps 10] [--profile-from 6]
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ VARIANTS = {"baseline": {}, "fused": FUSE_ALL}
 def main(argv=None):
     """Alternate the fusion variants as profiled jobs and print the JSON."""
     ap = argparse.ArgumentParser()
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--world-size", type=int, default=8)
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--steps", type=int, default=10)

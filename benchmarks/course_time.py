@@ -3,7 +3,7 @@
 Takes each chapter's seconds and status from the runner's ``<out>/<preset>/summary.json``, adds the total wall
 time and where the jobs' time went (``benchmarks.job_phases``: launch + init, first step, the rest, exit), and
 writes ``benchmarks/results/course_time.json`` (one entry per preset, other presets' entries kept). Goals: ci <=
-10 minutes, cpu <= 45 minutes on 2 cores. It also times the floor under every job, the preset's 8 ranks doing
+6 minutes, cpu <= 20 minutes on 2 cores. It also times the floor under every job, the preset's 8 ranks doing
 nothing (task ``noop``), right after the course: jobs x floor is what no chapter's own settings can remove.
 
     python -m benchmarks.course_time [--preset ci] [--out runs/course_bench]

@@ -8,7 +8,7 @@ core ``r % cores``; ``--bind_core=True`` binds nothing with fewer cores than wor
 img/s(its reference: ``base`` or ``model_train_graph``); the JSON's ``recommendation`` names the settings that
 beat it by more than ``--margin`` (sink mode: ``benchmarks.vs_model_train``). Writes ``results/knobs.json``.
 
-    python -m benchmarks.knobs [--preset ci] [--steps 10] [--repeats 2] [--threads 2] [--workers 2]
+    python -m benchmarks.knobs [--preset ci] [--steps 10] [--repeats 3] [--threads 2] [--workers 2]
     python -m benchmarks.knobs --repeats 1 --append --only base threads_2 ...   # one more round, in this order
 """
 
@@ -33,7 +33,7 @@ def parse(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--margin", type=float, default=0.05)

@@ -4,10 +4,11 @@
 its defaults: the data-parallel context, ``create_dataset``, ``create_transforms(is_training=True)``,
 ``create_loader``, ``create_model``, ``create_loss("CE")``, ``create_optimizer(opt="momentum")``,
 ``create_trainer`` -> ``mindspore.Model``, ``model.train(..., dataset_sink_mode=True)``. The only additions are
-our step-timing callback (``benchmarks._steptimer``) and the config's ``threads_num``, so the two trainers are
-compared, not two thread settings.
+our step-timing callback (``benchmarks._steptimer``), the config's ``threads_num`` and, with ``--fusion config``,
+the config's ``comm_fusion`` in the parallel context, so the two trainers are compared, not two settings.
 
-    run_job(cfg, worker=("-m", "benchmarks.mindcv_worker", [--model resnet18] [--sink 1]), bin_dir=<mindcv venv>/bin)
+    run_job(cfg, worker=("-m", "benchmarks.mindcv_worker", [--model resnet18] [--sink 1] [--fusion config]),
+            bin_dir=<mindcv venv>/bin)
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ def main(argv=None) -> int:
     ap.add_argument("config")
     ap.add_argument("--model", default="resnet18")
     ap.add_argument("--sink", type=int, default=1)
+    ap.add_argument("--fusion", choices=["default", "config"], default="default")
     args = ap.parse_args(argv)
 
     import mindspore as ms
@@ -42,7 +44,10 @@ def main(argv=None) -> int:
         from benchmarks._steptimer import StepTimer
         from helpers.core.paths import resolve
 
-        ms.set_auto_parallel_context(device_num=world, parallel_mode="data_parallel", gradients_mean=True)
+        parallel = dict(device_num=world, parallel_mode="data_parallel", gradients_mean=True)
+        if args.fusion == "config" and cfg.comm_fusion:
+            parallel["comm_fusion"] = cfg.comm_fusion
+        ms.set_auto_parallel_context(**parallel)
         set_seed(cfg.seed, rank)
         dataset = create_dataset(name="", root=str(resolve(cfg.data_dir)), split="train", shuffle=True,
                                  num_shards=world, shard_id=rank, num_parallel_workers=cfg.dataset_workers)
@@ -64,7 +69,7 @@ def main(argv=None) -> int:
         n_params = sum(p.size for p in network.trainable_params())
         out.write("summary", **timer.summary(cfg.global_batch), peak_rss_mb=peak_rss_mb(), path="mindcv",
                   mindcv=mindcv.__version__, mindspore=ms.__version__, model=args.model,
-                  trainable_params=int(n_params), dataset_sink_mode=bool(args.sink))
+                  trainable_params=int(n_params), dataset_sink_mode=bool(args.sink), fusion=args.fusion)
     return 0
 
 

@@ -6,7 +6,7 @@ runs; steady img/s as in ``benchmarks.vs_model_train``. efficiency = img/s(8 ran
 
 Goal: efficiency >= 0.8. Writes ``benchmarks/results/scaling.json``.
 
-    python -m benchmarks.scaling [--preset ci] [--steps 10] [--repeats 2]
+    python -m benchmarks.scaling [--preset ci] [--steps 10] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--ranks", type=int, default=8)
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

@@ -129,10 +129,20 @@ def comparison_rows(rows: Rows) -> None:
         note = d.get("error", "")[:160] or ("full ResNet-18 both sides (mindcv has no width multiplier)"
                                             + _best(d.get("ratio_best_step")))
     equal = bool((d or {}).get("equal_terms"))    # a run that gave mindcv its best settings says so
-    if d and not equal and not d.get("error"):
+    if d and equal:
+        note += ("; equal terms: ours with nn.Conv2d convolutions as mindcv's model, mindcv given the same comm "
+                 "fusion as ours")
+    elif d and not d.get("error"):
         note += "; not equal terms (mindcv without the comm fusion our worker uses), so no goal is judged"
     rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0" if equal or not d else "",
              "vs_mindcv", note)
+    for key, what, why in (
+            ("ours_over_mindcv_as_train_py", "our worker / mindcv as its train.py runs (no comm fusion), img/s",
+             "both nn.Conv2d; not equal terms: mindcv without fusion"),
+            ("ours_im2col_over_mindcv_fused", "our worker with the preset's im2col convolution / mindcv fused, img/s",
+             "not equal terms: mindcv's model has no im2col convolution")):
+        if (d or {}).get(key) is not None:
+            rows.add(what, d[key], "", "vs_mindcv", why)
     d = rows.results.get("scaling")
     rows.add("8 ranks / 1 process (all cores), img/s at the same global batch", (d or {}).get("efficiency"),
              ">= 0.9", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
@@ -273,6 +283,18 @@ def pytorch_rows(rows: Rows) -> None:
                 rows.add(f"{what}: {key.replace('_over_', ' / ')}", v, "", "vs_pytorch", load=load)
 
 
+def _hybrid_note(d: dict) -> str:
+    """Preset, classes and each layout's median img/s with its runs' range (when the runs were repeated)."""
+    parts = []
+    for name in ("2x4", "8x1"):
+        ips = _get(d, "layouts", name, "img_per_s_runs")
+        if ips:
+            median = _get(d, "layouts", name, "img_per_s")
+            parts.append(f"{name} {median:.0f} img/s (runs {min(ips):.0f}-{max(ips):.0f})")
+    head = f"{d.get('preset')} preset, {d.get('num_classes')} classes"
+    return head + (f"; median of {d.get('repeats')}: " + " vs ".join(parts) if parts else "")
+
+
 def training_rows(rows: Rows) -> None:
     """Chapters 2-4's benchmarks: accumulation, comm fusion, the hybrid layout, the convolution choice."""
     d = rows.results.get("accumulation")
@@ -300,7 +322,8 @@ def training_rows(rows: Rows) -> None:
     if rows.results.get("hybrid"):
         l24 = _get(rows.results, "hybrid", "layouts", "2x4") or {}
         rows.add("hybrid 2x4: classifier bytes per rank / pure DP", l24.get("classifier_bytes_vs_dp"), "<= 0.3", "hybrid")
-        rows.add("hybrid 2x4: img/s / pure DP", l24.get("img_per_s_vs_dp"), ">= 0.8", "hybrid")
+        rows.add("hybrid 2x4: img/s / pure DP", l24.get("img_per_s_vs_dp"), ">= 0.8", "hybrid",
+                 _hybrid_note(rows.results["hybrid"]))
     for case, c in (_get(rows.results, "conv_cpu", "cases") or {}).items():
         if "whole train step" in case:
             rows.add(f"conv: native / im2col step time ({case})", c.get("native_over_im2col"), "", "conv_cpu",

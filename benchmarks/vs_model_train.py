@@ -9,7 +9,7 @@ loop, so this measures that nothing changes).
 
 Goal: ours >= 1.0x ``Model.train``. Writes ``benchmarks/results/vs_model_train.json``.
 
-    python -m benchmarks.vs_model_train [--preset ci] [--steps 10] [--repeats 2]
+    python -m benchmarks.vs_model_train [--preset ci] [--steps 10] [--repeats 3]
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci")
     ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--variants", nargs="*", default=list(MODEL_TRAIN))
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)

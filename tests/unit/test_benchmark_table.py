@@ -131,6 +131,23 @@ def test_mindcv_is_judged_only_on_equal_terms():
     assert unequal.goal == "" and "not equal terms" in unequal.note
     equal = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.1, "equal_terms": True}}))["our worker / mindcv trainer, img/s"]
     assert (equal.goal, judge(equal.measured, equal.goal)) == (">= 1.0", "met")
+    assert "nn.Conv2d" in equal.note and "same comm fusion" in equal.note
+    info = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.0, "equal_terms": True,
+                                             "ours_im2col_over_mindcv_fused": 2.1}}))
+    row = info["our worker with the preset's im2col convolution / mindcv fused, img/s"]
+    assert (row.measured, row.goal) == (2.1, "") and "not equal terms" in row.note
+    assert "our worker / mindcv as its train.py runs (no comm fusion), img/s" not in info   # not run: no row
+
+
+def test_hybrid_row_shows_each_layouts_median_and_range_and_the_load_of_its_runs():
+    runs = {"8x1": [{"img_per_s": 100.0, "load_avg_1min": 2.0}], "2x4": [{"img_per_s": 80.0, "load_avg_1min": 9.0}]}
+    hyb = {"preset": "cpu", "num_classes": 1000, "repeats": 3, "runs": runs, "layouts": {
+        "8x1": {"img_per_s": 100.0, "img_per_s_runs": [90.0, 100.0, 120.0]},
+        "2x4": {"img_per_s": 80.0, "img_per_s_runs": [70.0, 80.0, 85.0], "img_per_s_vs_dp": 0.8,
+                "classifier_bytes_vs_dp": 0.25}}}
+    row = _by_what(goal_rows({"hybrid": hyb}))["hybrid 2x4: img/s / pure DP"]
+    assert row.note == "cpu preset, 1000 classes; median of 3: 2x4 80 img/s (runs 70-85) vs 8x1 100 img/s (runs 90-120)"
+    assert row.load == "2.0-9.0" and judge(row.measured, row.goal) == "met"
 
 
 def test_course_timings_table_has_a_column_per_timed_preset():
