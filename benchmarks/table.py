@@ -1,7 +1,6 @@
 """``benchmarks/RESULTS.md``: one markdown table of every measured goal, built from ``benchmarks/results/*.json``.
 
-Pure functions (no jobs): ``goal_rows(results)`` turns the JSON of each benchmark into rows
-``(what, measured, goal, source, load)``; ``judge(value, goal)`` says met / missed by how much;
+Pure functions (no jobs): the rows come from ``benchmarks.result_rows.goal_rows(results)``;
 ``render(rows, machine)`` writes the markdown; ``collect(dir)`` reads the JSONs. ``python -m benchmarks table``
 rebuilds RESULTS.md from whatever JSONs are there.
 """
@@ -11,335 +10,12 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from benchmarks.result_rows import COURSE_GOALS_S, Row, get_in, goal_rows, judge
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 RESULTS_MD = Path(__file__).resolve().parent / "RESULTS.md"
-COURSE_GOALS_S = {"ci": 360.0, "cpu": 1200.0}   # ci <= 6 min, cpu <= 20 min on 2 cores (issue 18)
-
-
-@dataclass(frozen=True)
-class Row:
-    """One line of RESULTS.md: what was measured, the value, its goal and the JSON it comes from."""
-
-    what: str
-    measured: float | None       # None: not measured (the note says why)
-    goal: str                    # ">= 1.0", "<= 0.6", "0.75..1.25", or "" (informational)
-    source: str                  # results/<name>.json
-    load: float | str | None = None   # 1-min load average when measured (or "lo-hi" over the runs), if recorded
-    note: str = ""
-    unit: str = "x"              # "x" for ratios, "s" for seconds
-
-
-_GOAL = re.compile(r"^\s*(>=|<=|>|<)\s*([0-9.]+)\s*$")
-_RANGE = re.compile(r"^\s*([0-9.]+)\s*\.\.\s*([0-9.]+)\s*$")
-
-
-def judge(value: float | None, goal: str) -> str:
-    """'met', 'missed by D (P %)', 'not measured' or '' for rows without a goal."""
-    if not goal:
-        return ""
-    if value is None:
-        return "not measured"
-    m = _GOAL.match(goal)
-    if m:
-        op, target = m.group(1), float(m.group(2))
-        ok = {">=": value >= target, "<=": value <= target, ">": value > target, "<": value < target}[op]
-        if ok:
-            return "met"
-        gap = abs(target - value)
-        return f"missed by {gap:.3g} ({100 * gap / target:.0f} %)" if target else f"missed by {gap:.3g}"
-    m = _RANGE.match(goal)
-    if m:
-        lo, hi = float(m.group(1)), float(m.group(2))
-        if lo <= value <= hi:
-            return "met"
-        gap = lo - value if value < lo else value - hi
-        return f"missed by {gap:.3g} (outside {lo:g}..{hi:g})"
-    raise ValueError(f"unreadable goal {goal!r}")
-
-
-def _load(d: dict) -> float | str | None:
-    """The 1-min load average of the measurement: the range over its runs when recorded, else at save time."""
-    loads = [x["load_avg_1min"] for v in (d.get("runs") or {}).values() if isinstance(v, list)
-             for x in v if isinstance(x, dict) and x.get("load_avg_1min") is not None]
-    if loads:
-        return f"{min(loads):.1f}-{max(loads):.1f}"
-    m = d.get("machine") or {}
-    if m.get("load_avg_1_5_15"):
-        return m["load_avg_1_5_15"][0]
-    env = d.get("environment") or {}
-    return env.get("load_avg_1min")
-
-
-def _get(d, *keys):
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d
-
-
-def _run_loads(d: dict, variant: str) -> str:
-    loads = [x.get("load_avg_1min") for x in (_get(d, "runs", variant) or []) if isinstance(x, dict)]
-    return "/".join(f"{x:.1f}" for x in loads if x is not None) or "?"
-
-
-def _best(v) -> str:
-    """Note text: the same ratio from each run's fastest steady step (less hit by other jobs' load)."""
-    return "" if v is None else f"; from the fastest steady steps: {v:.2f}x"
-
-
-class Rows(list):
-    """The table's rows being built; ``add`` names the source JSON and takes the load from it."""
-
-    def __init__(self, results: dict[str, dict]):
-        super().__init__()
-        self.results = results
-
-    def add(self, what, value, goal, name, note="", unit="x", load=None):
-        self.append(Row(what, None if value is None else float(value), goal, f"results/{name}.json",
-                        _load(self.results.get(name, {})) if load is None else load, note, unit))
-
-
-def comparison_rows(rows: Rows) -> None:
-    """Against the tools people use instead (``Model.train``, mindcv), and scaling on one machine."""
-    d = rows.results.get("vs_model_train")
-    if d:
-        note = (f"{d.get('preset')} preset, {d.get('world_size')} ranks, global batch {d.get('global_batch')}; "
-                "Model.train as the tutorials write it, without the comm fusion our worker uses: not equal terms")
-        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", d.get("ratio"), "", "vs_model_train",
-                 note + _best(_get(d, "ratios_best_step", "ours_over_model_train")))
-        v = _get(d, "ratios", "ours_over_model_train_fused")
-        if v is not None:
-            rows.add("our worker / Model.train with the preset's comm fusion, img/s", v, ">= 1.05", "vs_model_train",
-                     "same fusion on both sides" + _best(_get(d, "ratios_best_step", "ours_over_model_train_fused")))
-        v = _get(d, "ratios", "ours_over_model_train_sink")
-        if v is not None:
-            rows.add("our worker / Model.train(dataset_sink_mode=True), img/s", v, "", "vs_model_train",
-                     "fused; on CPU Model.train runs the same non-sink loop as the row above, so the gap between "
-                     "the two rows is this run's noise" + _best(_get(d, "ratios_best_step", "ours_over_model_train_sink")))
-    else:
-        rows.add("our worker / Model.train with the preset's comm fusion, img/s", None, ">= 1.05", "vs_model_train")
-    d = rows.results.get("vs_mindcv")
-    note = ""
-    if d:
-        note = d.get("error", "")[:160] or ("full ResNet-18 both sides (mindcv has no width multiplier)"
-                                            + _best(d.get("ratio_best_step")))
-    equal = bool((d or {}).get("equal_terms"))    # a run that gave mindcv its best settings says so
-    if d and equal:
-        note += ("; equal terms: ours with nn.Conv2d convolutions as mindcv's model, mindcv given the same comm "
-                 "fusion as ours")
-    elif d and not d.get("error"):
-        note += "; not equal terms (mindcv without the comm fusion our worker uses), so no goal is judged"
-    rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0" if equal or not d else "",
-             "vs_mindcv", note)
-    for key, what, why in (
-            ("ours_over_mindcv_as_train_py", "our worker / mindcv as its train.py runs (no comm fusion), img/s",
-             "both nn.Conv2d; not equal terms: mindcv without fusion"),
-            ("ours_im2col_over_mindcv_fused", "our worker with the preset's im2col convolution / mindcv fused, img/s",
-             "not equal terms: mindcv's model has no im2col convolution")):
-        if (d or {}).get(key) is not None:
-            rows.add(what, d[key], "", "vs_mindcv", why)
-    d = rows.results.get("scaling")
-    rows.add("8 ranks / 1 process (all cores), img/s at the same global batch", (d or {}).get("efficiency"),
-             ">= 0.9", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
-
-
-def course_rows(rows: Rows) -> None:
-    """The whole course's wall time per preset, and how much of it goes to starting jobs."""
-    d = rows.results.get("course_time") or {}
-    for preset, limit in COURSE_GOALS_S.items():
-        t, load = _get(d, preset, "total_s"), _load(d.get(preset) or {})
-        rows.add(f"whole course, preset {preset}, seconds", t, f"<= {limit:g}", "course_time",
-                 "" if t is None else ("all chapters ok" if _get(d, preset, "all_ok") else "some chapter failed"),
-                 unit="s", load=load)
-        jobs = _get(d, preset, "jobs", "all")
-        if jobs and jobs.get("jobs"):
-            rows.add(f"course {preset}: seconds launching jobs (msrun start to the last rank through init())",
-                     jobs["launch_s"], "", "course_time",
-                     f"{jobs['jobs']} jobs, {jobs['launch_s'] / jobs['jobs']:.0f} s each; first steps (compilation) "
-                     f"{jobs['first_step_s']:.0f} s, other steps and evaluation {jobs['rest_s']:.0f} s, exits "
-                     f"{jobs['exit_s']:.0f} s; all jobs {jobs['total_s']:.0f} s of the course's {t:.0f} s", unit="s",
-                     load=load)
-        floor = _get(d, preset, "noop_job", "median_s")
-        if jobs and floor:
-            n = sum(1 for j in _get(d, preset, "jobs", "jobs") or [] if j.get("world_size") == 8)
-            rows.add(f"course {preset}: 8-rank jobs x an empty 8-rank job's seconds (the start-up floor)", n * floor,
-                     "", "course_time", f"{n} jobs x {floor:.1f} s (run_job of task noop: msrun, scheduler, 8 processes "
-                     f"importing MindSpore, init(), exit; median of {len(_get(d, preset, 'noop_job', 'seconds') or [])}), "
-                     f"{n * floor / t:.0%} of the course", unit="s", load=load)
-
-
-def _mean_load(d: dict, variant: str) -> float | None:
-    xs = [x.get("load_avg_1min") for x in (_get(d, "runs", variant) or []) if isinstance(x, dict)]
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
-def knob_rows(rows: Rows) -> None:
-    """Each knob against its reference, and the recommended preset settings (with a load caveat)."""
-    d = rows.results.get("knobs")
-    if not d:
-        return
-    for k, v in (d.get("ratios") or {}).items():
-        ref = (d.get("reference") or {}).get(k, "base")
-        rows.add(f"knob {k} / {ref}, img/s", v, "", "knobs", _best(_get(d, "ratios_best_step", k)).lstrip("; ")
-                 + f"; load during its runs {_run_loads(d, k)} vs {ref}'s {_run_loads(d, ref)}")
-    base_load = _mean_load(d, "base")
-    others = [_mean_load(d, k) for k, ref in (d.get("reference") or {}).items() if ref == "base" and k != "base"]
-    caveat = ("; caution: base ran at a higher load than every variant, so the ratios overstate the knobs"
-              if base_load is not None and others and all(o is not None and o < base_load for o in others) else "")
-    rows.add("knobs: recommended ci/cpu preset settings", None, "", "knobs",
-             json.dumps(d.get("recommendation", {}), separators=(", ", ": ")) + caveat)
-
-
-def launch_and_data_rows(rows: Rows) -> None:
-    """Chapters 0-1's benchmarks: launch overhead and the stratified split."""
-    d = rows.results.get("launch_overhead")
-    if d:
-        rows.add("run_job / bare msrun, wall time of an 8-rank no-op job", d.get("ratio_run_job_over_msrun"),
-                 "<= 1.10", "launch_overhead")
-    d = rows.results.get("sampler")
-    if d:
-        rows.add("stratified split vs iterating DistributedSampler, speed-up", d.get("speedup_vs_iterating"), ">= 20",
-                 "sampler")
-        rows.add("stratified split of all 8 shards, seconds", d.get("stratified_all_shards_s"), "< 0.5", "sampler",
-                 unit="s")
-        rows.add("stratified split, worst shard's max TV", _get(d, "max_tv", "stratified"), "<= 0.002", "sampler",
-                 unit="")
-
-
-def startup_rows(rows: Rows) -> None:
-    """``benchmarks.startup``: the empty 8-rank job by phase, the compile cache's first step, the jit levels."""
-    d = rows.results.get("startup")
-    if not d:
-        rows.add("empty 8-rank job (msrun -> every rank through init() -> exit), seconds", None, "<= 8", "startup",
-                 unit="s")
-        return
-    e = {k: _get(d, "empty_job", k, "median") for k in ("wall_s", "until_processes_start_s", "import_mindspore_s",
-                                                          "init_s", "init_spread_s", "after_last_rank_ready_s")}
-    if None not in e.values():
-        rows.add("empty 8-rank job (msrun -> every rank through init() -> exit), seconds", e["wall_s"], "<= 8",
-                 "startup", f"median of {d.get('repeats')} (range {_get(d, 'empty_job', 'wall_s', 'min')}-"
-                 f"{_get(d, 'empty_job', 'wall_s', 'max')}); msrun's own start {e['until_processes_start_s']:.1f} s, "
-                 f"import mindspore {e['import_mindspore_s']:.1f} s per rank (9 processes at once), init() "
-                 f"{e['init_s']:.1f} s (waits for the slowest import, then MindSpore's fixed 3 s address-exchange "
-                 f"sleep: ranks' init() ends {e['init_spread_s']:.1f} s apart), end {e['after_last_rank_ready_s']:.1f} s",
-                 unit="s")
-    cold, warm = _get(d, "first_step", "cold", "median"), _get(d, "first_step", "warm", "median")
-    if cold and warm:
-        rows.add("first step (compilation) with a warm / a cold compile cache", warm / cold, "", "startup",
-                 f"{d.get('preset')} preset, 8 ranks: cold {cold:.1f} s, warm {warm:.1f} s (median of "
-                 f"{d.get('repeats')})")
-    base = _get(d, "jit_levels", "default", "first_step_s", "median")
-    for level in ("O0", "O1"):
-        lv = _get(d, "jit_levels", level) or {}
-        first = _get(lv, "first_step_s", "median")
-        if base and first:
-            rows.add(f"jit_level {level} / MindSpore's default, compile + first step (1 process, ci model)",
-                     first / base, "", "startup", f"step time {_get(lv, 'step_s', 'median')} s vs "
-                     f"{_get(d, 'jit_levels', 'default', 'step_s', 'median')} s; same losses: "
-                     f"{lv.get('same_losses_as_default')}")
-
-
-def phase_rows(rows: Rows) -> None:
-    """``benchmarks.sampler_phases``: chapter 01's splits as phases of one job against one job each."""
-    d = rows.results.get("sampler_phases")
-    if not d:
-        return
-    med = d.get("median_s") or {}
-    rows.add("chapter 01's four splits: one job (phases) / one job each, wall seconds", d.get("one_job_over_own_jobs"),
-             "< 1", "sampler_phases",
-             f"{d.get('preset')} preset, {d.get('steps')} steps per split, median of {d.get('repeats')} alternated: "
-             f"{med.get('one_job')} s vs {med.get('own_jobs')} s; largest per-step loss difference between the two "
-             f"ways {d.get('max_loss_diff')}")
-
-
-def pytorch_rows(rows: Rows) -> None:
-    """One CPU train step of the course's ResNet-18 layout, MindSpore (im2col) / PyTorch (``vs_pytorch``)."""
-    cases = _get(rows.results, "vs_pytorch", "cases") or {}
-    if not cases:
-        rows.add("CPU train step, MindSpore / PyTorch (same ResNet-18 layout, 1 thread)", None, "<= 2",
-                 "vs_pytorch")
-    for name, c in cases.items():
-        sums = c.get("summary") or {}
-        loads = [x for v in sums.values() if isinstance(v, dict) for x in v.get("loads_1min") or []
-                 if x is not None]
-        load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else None
-        what = f"CPU train step ({name}: ResNet-18 x{c.get('width')}, batch {c.get('batch')}, 1 thread)"
-        ms, pt = sums.get("mindspore") or {}, sums.get("pytorch") or {}
-        note = (f"median s/step {ms['median_s']:.3g} (runs {ms.get('min_s', 0):.3g}-"
-                f"{ms.get('max_s', 0):.3g}) vs {pt['median_s']:.3g} ({pt.get('min_s', 0):.3g}-"
-                f"{pt.get('max_s', 0):.3g})" if ms.get("median_s") and pt.get("median_s") else "")
-        if c.get("ratio_best") is not None:
-            note += f"; fastest run / fastest run: {c['ratio_best']:.2f}x"
-        rows.add(f"{what}: MindSpore im2col / PyTorch", c.get("ratio"), "<= 2", "vs_pytorch", note, load=load)
-        for key, v in (c.get("ratios") or {}).items():   # the variants: against PyTorch, and channels-last
-            if key != "mindspore_over_pytorch" and (key.endswith("_over_pytorch")
-                                                    or key.startswith("mindspore_over_")):
-                rows.add(f"{what}: {key.replace('_over_', ' / ')}", v, "", "vs_pytorch", load=load)
-
-
-def _hybrid_note(d: dict) -> str:
-    """Preset, classes and each layout's median img/s with its runs' range (when the runs were repeated)."""
-    parts = []
-    for name in ("2x4", "8x1"):
-        ips = _get(d, "layouts", name, "img_per_s_runs")
-        if ips:
-            median = _get(d, "layouts", name, "img_per_s")
-            parts.append(f"{name} {median:.0f} img/s (runs {min(ips):.0f}-{max(ips):.0f})")
-    head = f"{d.get('preset')} preset, {d.get('num_classes')} classes"
-    return head + (f"; median of {d.get('repeats')}: " + " vs ".join(parts) if parts else "")
-
-
-def training_rows(rows: Rows) -> None:
-    """Chapters 2-4's benchmarks: accumulation, comm fusion, the hybrid layout, the convolution choice."""
-    d = rows.results.get("accumulation")
-    if d:
-        for case, c in (d.get("cases") or {}).items():
-            goal = case == "oom_experiment"   # the chapter's experiment; tiny micro-batches show the fixed cost
-            rows.add(f"accumulation ({case}): activation memory accumulated / full batch",
-                     c.get("activation_ratio_accumulated_over_full"), "<= 0.35" if goal else "", "accumulation")
-            rows.add(f"accumulation ({case}): img/s accumulated / full batch",
-                     c.get("throughput_ratio_accumulated_over_full"), ">= 0.90" if goal else "", "accumulation",
-                     "" if goal else "micro-steps of a few images: a graph launch's fixed cost dominates")
-        rows.add("memory planner / measured activation slope", _get(d, "planner", "planner_vs_measured_slope_ratio"),
-                 "0.75..1.25", "accumulation", "native convolution; on AVX-512 oneDNN's composite kernel also books "
-                 "NHWC copies of each convolution's input and output, which the planner does not count (chapter 02, "
-                 "section 5, prints planner + copies against the measured slope)")
-        if d.get("planner_im2col"):
-            rows.add("memory planner / measured activation slope (im2col)",
-                     _get(d, "planner_im2col", "planner_vs_measured_slope_ratio"), "0.75..1.25", "accumulation",
-                     "im2col convolution")
-    d = rows.results.get("comm_fusion")
-    if d:
-        rows.add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),
-                 "<= 0.6", "comm_fusion", f"{d.get('preset')} preset, AllReduce per step "
-                 f"{_get(d, 'allreduce_per_step', 'baseline')} -> {_get(d, 'allreduce_per_step', 'fused')}")
-    if rows.results.get("hybrid"):
-        l24 = _get(rows.results, "hybrid", "layouts", "2x4") or {}
-        rows.add("hybrid 2x4: classifier bytes per rank / pure DP", l24.get("classifier_bytes_vs_dp"), "<= 0.3", "hybrid")
-        rows.add("hybrid 2x4: img/s / pure DP", l24.get("img_per_s_vs_dp"), ">= 0.8", "hybrid",
-                 _hybrid_note(rows.results["hybrid"]))
-    for case, c in (_get(rows.results, "conv_cpu", "cases") or {}).items():
-        if "whole train step" in case:
-            rows.add(f"conv: native / im2col step time ({case})", c.get("native_over_im2col"), "", "conv_cpu",
-                     "> 1: im2col faster; conv_impl='auto' picks per machine")
-
-
-ROW_MAKERS = (comparison_rows, course_rows, startup_rows, phase_rows, pytorch_rows, knob_rows, launch_and_data_rows,
-              training_rows)
-
-
-def goal_rows(results: dict[str, dict]) -> list[Row]:
-    """Rows for every benchmark JSON present (the headline goals get 'not measured' rows when theirs is missing)."""
-    rows = Rows(results)
-    for make in ROW_MAKERS:
-        make(rows)
-    return list(rows)
 
 
 def _fmt(row: Row) -> str:
@@ -379,7 +55,7 @@ def measured_on(results: dict[str, dict]) -> str:
         subs = [(name, d)] if "machine" in d or name != "course_time" else \
             [(f"{name} ({p})", v) for p, v in d.items() if isinstance(v, dict)]
         for label, v in subs:
-            cpu = _get(v, "machine", "cpu") or "not recorded"
+            cpu = get_in(v, "machine", "cpu") or "not recorded"
             by_cpu.setdefault(cpu, []).append(label)
     if not by_cpu:
         return ""
@@ -399,14 +75,14 @@ def course_timings(course_time: dict | None) -> str:
         ch = course_time[p].get("chapters", {}).get(stem)
         if not ch:
             return "not run"
-        jobs = _get(course_time[p], "jobs", "chapters", stem.split("_")[0])
+        jobs = get_in(course_time[p], "jobs", "chapters", stem.split("_")[0])
         extra = f" ({jobs['jobs']} jobs, launches {jobs['launch_s']:.0f} s)" if jobs else ""
         return f"{ch['seconds'] / 60:.1f} min{extra}" + ("" if ch.get("ok") else " FAILED")
 
     lines = ["", "## Course wall time per chapter", "",
              "`python -m benchmarks course_time --preset <p>`: each notebook run headless by `python -m helpers.course run`; "
              "in brackets the jobs the chapter launched and their seconds from msrun start to the last rank through `init()`.", "",
-             "| chapter | " + " | ".join(f"`{p}` ({_get(course_time[p], 'machine', 'date_utc') or '?'})" for p in presets) + " |",
+             "| chapter | " + " | ".join(f"`{p}` ({get_in(course_time[p], 'machine', 'date_utc') or '?'})" for p in presets) + " |",
              "| --- | " + " | ".join("---" for _ in presets) + " |"]
     lines += [f"| `{stem}` | " + " | ".join(cell(p, stem) for p in presets) + " |" for stem in stems]
     lines.append("| **total** | " + " | ".join(f"**{course_time[p]['total_s'] / 60:.1f} min**" for p in presets) + " |")

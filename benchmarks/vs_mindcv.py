@@ -1,17 +1,13 @@
 """Our worker vs mindcv's trainer (the MindSpore model zoo, ``mindcv`` on PyPI), 8 ranks via msrun.
 
-mindcv is installed only in its own environment (``--venv``, default ``/work/venv-mindcv``; ``--setup`` creates
-it), never in requirements.txt; ``benchmarks/mindcv_worker.py`` makes its ``train.py``'s calls. mindcv's models
-take no width multiplier, so both sides train the full ResNet-18 (``stem="imagenet"``, mindcv's ``resnet18``
-layout) on the digits stand-in with the preset's image size, global batch and transforms. Equal terms (the goal):
-``ours`` with ``nn.Conv2d`` convolutions as mindcv's model has, against ``mindcv_fused``, mindcv given the
-preset's comm fusion too. On request (``--variants``): ``ours_im2col`` (the preset's convolution) and ``mindcv``
-as train.py runs it. Alternating runs; steady img/s as in ``benchmarks.vs_model_train``; no ratio if mindcv
-cannot be imported.
+mindcv lives in its own environment (``--venv``, default ``/work/venv-mindcv``; ``--setup`` creates it), never in
+requirements.txt; ``benchmarks/mindcv_worker.py`` makes its ``train.py``'s calls. Both sides train the full
+ResNet-18 (mindcv's models take no width multiplier) at the preset's image size and global batch. Equal terms
+(the goal): ``ours`` with ``nn.Conv2d`` like mindcv's model vs ``mindcv_fused``, mindcv given our comm fusion.
+On request (``--variants``): ``ours_im2col`` (the preset's convolution), ``mindcv`` as train.py runs it.
+Alternating runs, steady img/s as in ``benchmarks.vs_model_train``; no ratio if mindcv cannot be imported.
 
-Goal: ours >= 1.0x mindcv_fused. Writes ``benchmarks/results/vs_mindcv.json``.
-
-    python -m benchmarks.vs_mindcv [--preset ci] [--steps 6] [--repeats 3] [--setup] [--variants ... ours_im2col mindcv]
+    python -m benchmarks.vs_mindcv [--preset ci] [--steps 6] [--repeats 3] [--setup] [--variants ... mindcv]
 """
 
 from __future__ import annotations

@@ -94,7 +94,7 @@ def test_given_torch_python_is_used_as_is(tmp_path):
 
 
 def test_table_rows_judge_the_ratio_against_2x():
-    from benchmarks import table
+    from benchmarks import result_rows as table
 
     summary = {"mindspore": {"median_s": 0.05, "loads_1min": [1.0]},
                "pytorch": {"median_s": 0.02, "loads_1min": [2.0]}}
