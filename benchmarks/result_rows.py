@@ -203,6 +203,15 @@ def launch_and_data_rows(rows: Rows) -> None:
                  unit="")
 
 
+def _import_floor(d: dict) -> str:
+    """Note text: one import's CPU seconds, and what 9 of them cost on this machine's cores."""
+    cpu, floor = get_in(d, "empty_job", "import_cpu_s", "median"), get_in(d, "empty_job", "import_floor_s", "median")
+    if cpu is None or floor is None:
+        return ""
+    return (f"; one import mindspore takes {cpu:.2f} CPU s, so 9 processes need {floor:.1f} s of these cores "
+            "before any init()")
+
+
 def startup_rows(rows: Rows) -> None:
     """``benchmarks.startup``: the empty 8-rank job by phase, the compile cache's first step, the jit levels."""
     d = rows.results.get("startup")
@@ -218,8 +227,8 @@ def startup_rows(rows: Rows) -> None:
                  f"{get_in(d, 'empty_job', 'wall_s', 'max')}); msrun's own start {e['until_processes_start_s']:.1f} s, "
                  f"import mindspore {e['import_mindspore_s']:.1f} s per rank (9 processes at once), init() "
                  f"{e['init_s']:.1f} s (waits for the slowest import, then MindSpore's fixed 3 s address-exchange "
-                 f"sleep: ranks' init() ends {e['init_spread_s']:.1f} s apart), end {e['after_last_rank_ready_s']:.1f} s",
-                 unit="s")
+                 f"sleep: ranks' init() ends {e['init_spread_s']:.1f} s apart), end {e['after_last_rank_ready_s']:.1f} s"
+                 + _import_floor(d), unit="s")
     cold, warm = get_in(d, "first_step", "cold", "median"), get_in(d, "first_step", "warm", "median")
     if cold and warm:
         rows.add("first step (compilation) with a warm / a cold compile cache", warm / cold, "", "startup",

@@ -10,6 +10,7 @@ Each part alternates its variants ``--repeats`` times in this one run; medians a
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -33,7 +34,8 @@ def _stats(values) -> dict:
 
 
 def empty_job(root: Path, world_size: int = 8) -> dict:
-    """One 8-rank job that only imports MindSpore and calls ``init()``: wall seconds and where they went."""
+    """One 8-rank job that only imports MindSpore and calls ``init()``: wall seconds and where they went. The import
+    floor is the CPU seconds of one import times the job's processes (ranks + msrun's scheduler) over the cores."""
     cfg = job_config("ci", name="empty", task="noop", world_size=world_size, global_batch=8 * world_size)
     res = run_job(cfg, progress="none", run_root=root, worker=PROBE)
     t_launch = (res.run_dir / "config.json").stat().st_mtime        # written just before msrun starts
@@ -42,6 +44,8 @@ def empty_job(root: Path, world_size: int = 8) -> dict:
     return {"wall_s": res.wall_s,
             "until_processes_start_s": statistics.median(x["t_process"] for x in s) - t_launch,
             "import_mindspore_s": statistics.median(x["t_imported"] - x["t_import"] for x in s),
+            "import_cpu_s": statistics.median(x["import_cpu_s"] for x in s),
+            "import_floor_s": statistics.median(x["import_cpu_s"] for x in s) * (world_size + 1) / os.cpu_count(),
             "init_s": statistics.median(x["t_init"] - x["t_imported"] for x in s),
             "init_spread_s": max(x["t_init"] for x in s) - min(x["t_init"] for x in s),
             "last_rank_ready_s": ready, "after_last_rank_ready_s": res.wall_s - ready}

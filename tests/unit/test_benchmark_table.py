@@ -180,3 +180,15 @@ def test_sampler_phases_row_judges_one_job_against_one_job_each():
     row = _by_what(goal_rows(res))["chapter 01's four splits: one job (phases) / one job each, wall seconds"]
     assert (row.measured, judge(row.measured, row.goal)) == (0.55, "met")
     assert "55.0 s vs 100.0 s" in row.note and "loss difference between the two ways 0.0" in row.note
+
+
+def test_empty_job_row_states_the_import_floor_when_measured():
+    job = {k: {"median": v, "min": v, "max": v} for k, v in {
+        "wall_s": 16.0, "until_processes_start_s": 1.5, "import_mindspore_s": 6.0, "init_s": 6.5,
+        "init_spread_s": 2.8, "after_last_rank_ready_s": 0.9, "import_cpu_s": 1.4, "import_floor_s": 6.3}.items()}
+    what = "empty 8-rank job (msrun -> every rank through init() -> exit), seconds"
+    row = _by_what(goal_rows({"startup": {"repeats": 3, "empty_job": job}}))[what]
+    assert row.note.endswith("one import mindspore takes 1.40 CPU s, so 9 processes need 6.3 s of these cores "
+                             "before any init()")
+    del job["import_cpu_s"], job["import_floor_s"]      # an older JSON: no floor, the rest of the note stays
+    assert "CPU s" not in _by_what(goal_rows({"startup": {"repeats": 3, "empty_job": job}}))[what].note
