@@ -6,7 +6,8 @@
     python -m benchmarks all --collect-only      # the same as `table`
 
 Each benchmark prints its JSON and saves ``benchmarks/results/<name>.json``. ``--preset`` goes to the
-benchmarks that take one; ``all`` leaves out ``course_time`` (it runs every notebook) unless ``--with-course``.
+benchmarks that take one; ``all`` leaves out ``course_time`` (it runs every notebook) unless ``--with-course`` and
+``ci_time`` (``.ci/run`` on a clean clone) unless ``--with-ci``.
 """
 
 from __future__ import annotations
@@ -28,10 +29,10 @@ BENCHMARKS = {
     "vs_model_train": True,
     "vs_mindcv": True,
     "scaling": True, "knobs": True, "comm_fusion": True, "accumulation": False, "hybrid": True,
-    "course_time": True,
+    "course_time": True, "ci_time": False,
 }
 SAVES_ITSELF = {"vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
-                "sampler_phases"}
+                "sampler_phases", "ci_time"}
 
 
 def _json_from(text: str) -> dict:
@@ -78,11 +79,13 @@ def main(argv=None) -> int:
     ap.add_argument("--preset", default=None, choices=["ci", "cpu"])
     ap.add_argument("--collect-only", action="store_true", help="only rebuild RESULTS.md from the JSONs")
     ap.add_argument("--with-course", action="store_true", help="`all` also times the whole course")
+    ap.add_argument("--with-ci", action="store_true", help="`all` also times .ci/run on a clean clone")
     ap.add_argument("--skip", nargs="*", default=[], help="with `all`: benchmarks to leave out")
     args, extra = ap.parse_known_args(argv)
     failed = []
     if args.name != "table" and not args.collect_only:
-        names = [n for n in BENCHMARKS if n not in args.skip and (n != "course_time" or args.with_course)] \
+        optional = {"course_time": args.with_course, "ci_time": args.with_ci}
+        names = [n for n in BENCHMARKS if n not in args.skip and optional.get(n, True)] \
             if args.name == "all" else [args.name]
         for name in names:
             t0 = time.monotonic()

@@ -162,6 +162,19 @@ def course_rows(rows: Rows) -> None:
                      "", "course_time", f"{n} jobs x {floor:.1f} s (run_job of task noop: msrun, scheduler, 8 processes "
                      f"importing MindSpore, init(), exit; median of {len(get_in(d, preset, 'noop_job', 'seconds') or [])}), "
                      f"{n * floor / t:.0%} of the course", unit="s", load=load)
+    ci_rows(rows)
+
+
+def ci_rows(rows: Rows) -> None:
+    """``benchmarks.ci_time``: ``.ci/run`` on a clean clone, and which test groups its seconds went to."""
+    d = rows.results.get("ci_time") or {}
+    note = ""
+    if d:
+        groups = ", ".join(f"{k} {v:.0f}" for k, v in list((d.get("groups_s") or {}).items())[:6])
+        note = (("FAILED: " if d.get("returncode") else "") + f"commit {d.get('commit')}: {d.get('summary')}; "
+                f"pytest {d.get('pytest_s') or 0:.0f} s, venv and installs {d.get('setup_s') or 0:.0f} s; "
+                f"test seconds by group (2 test processes, so they add up to about twice pytest's): {groups}")
+    rows.add(".ci/run on a clean clone, seconds", d.get("total_s"), "<= 900", "ci_time", note, unit="s")
 
 
 def _mean_load(d: dict, variant: str) -> float | None:

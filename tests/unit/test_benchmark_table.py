@@ -192,3 +192,28 @@ def test_empty_job_row_states_the_import_floor_when_measured():
                              "before any init()")
     del job["import_cpu_s"], job["import_floor_s"]      # an older JSON: no floor, the rest of the note stays
     assert "CPU s" not in _by_what(goal_rows({"startup": {"repeats": 3, "empty_job": job}}))[what].note
+
+
+def test_ci_time_reads_pytest_durations_by_group_and_the_table_shows_them():
+    from benchmarks.ci_time import parse_pytest_log
+
+    log = """
+============================= slowest durations =============================
+460.74s call     tests/notebooks/test_rehearsal.py::test_04_rehearsal
+436.52s call     tests/notebooks/test_ch02.py::test_02_oom_gradient_accumulation
+63.73s setup    tests/jobs/test_profiling_jobs.py::test_what_mindspore_writes_on_cpu
+58.05s call     tests/jobs/test_faults.py::test_a_stopped_rank_is_a_hang_of_that_rank_not_a_crash
+1.50s call     tests/unit/test_strategy.py::test_merge_then_resplit_round_trip
+136.94s call     tests/browser/test_jupyterlab.py::test_chapter00_runs_in_jupyterlab
+============ 984 passed, 1 skipped in 1688.30s (0:28:08) =============
+"""
+    got = parse_pytest_log(log)
+    assert got["summary"] == "984 passed, 1 skipped" and got["pytest_s"] == 1688.3
+    assert got["groups_s"] == {"rehearsal 04": 460.7, "notebook ch02": 436.5, "tests/browser/test_jupyterlab.py": 136.9,
+                               "tests/jobs": 121.8, "tests/unit": 1.5}
+    assert next(iter(got["slowest_tests_s"])) == "tests/notebooks/test_rehearsal.py::test_04_rehearsal"
+    row = _by_what(goal_rows({"ci_time": {"commit": "abc1234", "returncode": 0, "total_s": 1800.0,
+                                          "setup_s": 111.7, **got}}))[".ci/run on a clean clone, seconds"]
+    assert (row.measured, judge(row.measured, row.goal)) == (1800.0, "missed by 900 (100 %)")
+    assert row.note.startswith("commit abc1234: 984 passed, 1 skipped; pytest 1688 s, venv and installs 112 s")
+    assert "rehearsal 04 461, notebook ch02 436" in row.note
