@@ -89,6 +89,29 @@ def course_timings(course_time: dict | None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def course_seconds(course_time: dict | None, preset: str = "ci") -> str:
+    """Markdown section: where one preset's course seconds went, per chapter: its jobs' launches, first steps
+    (compilation), other steps and evaluation, exits, and the time outside jobs (kernel, cells, plots)."""
+    entry = (course_time or {}).get(preset)
+    if not isinstance(entry, dict) or not get_in(entry, "jobs", "chapters"):
+        return ""
+    cols = ("launch_s", "first_step_s", "rest_s", "exit_s")
+    lines = ["", f"## Where the `{preset}` course's seconds go", "",
+             "Seconds per chapter from the same run (`course_time.json`, `benchmarks.job_phases`): a job's launch is "
+             "msrun start to the last rank through `init()`; outside jobs is the chapter's wall time minus its jobs'.",
+             "", "| chapter | wall | jobs | launches | first steps | other steps, evaluation | exits | outside jobs |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    sums = dict.fromkeys(("wall", "jobs", *cols, "outside"), 0.0)
+    for stem, ch in sorted(entry.get("chapters", {}).items()):
+        j = get_in(entry, "jobs", "chapters", stem.split("_")[0]) or dict.fromkeys(("jobs", "total_s", *cols), 0)
+        row = {"wall": ch["seconds"], "jobs": j["jobs"], **{c: j[c] for c in cols},
+               "outside": ch["seconds"] - j["total_s"]}
+        sums = {k: sums[k] + row[k] for k in sums}
+        lines.append(f"| `{stem}` | " + " | ".join(f"{row[k]:.0f}" for k in sums) + " |")
+    lines.append("| **total** | " + " | ".join(f"**{sums[k]:.0f}**" for k in sums) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def collect(results_dir: str | Path = RESULTS_DIR) -> dict[str, dict]:
     """Every readable ``results/*.json`` by name (files that do not parse are skipped)."""
     out = {}
@@ -112,6 +135,6 @@ def write_results_md(results_dir: str | Path = RESULTS_DIR, path: str | Path = R
     """Rebuild RESULTS.md from the result JSONs; returns its text."""
     results = collect(results_dir)
     text = (render(goal_rows(results), current_machine()) + measured_on(results)
-            + course_timings(results.get("course_time")))
+            + course_timings(results.get("course_time")) + course_seconds(results.get("course_time")))
     Path(path).write_text(text)
     return text

@@ -217,3 +217,15 @@ def test_ci_time_reads_pytest_durations_by_group_and_the_table_shows_them():
     assert (row.measured, judge(row.measured, row.goal)) == (1800.0, "missed by 900 (100 %)")
     assert row.note.startswith("commit abc1234: 984 passed, 1 skipped; pytest 1688 s, venv and installs 112 s")
     assert "rehearsal 04 461, notebook ch02 436" in row.note
+
+
+def test_course_seconds_splits_each_chapter_into_job_phases_and_the_time_outside_jobs():
+    from benchmarks.table import course_seconds
+
+    assert course_seconds(None) == "" and course_seconds({"ci": {"total_s": 1.0}}) == ""
+    phases = {"jobs": 2, "launch_s": 28.0, "first_step_s": 23.0, "rest_s": 1.4, "exit_s": 0.2, "total_s": 53.0}
+    ct = {"ci": {"chapters": {"00_environment_setup": {"seconds": 64.0, "ok": True}},
+                 "jobs": {"chapters": {"00": phases}}}}
+    text = course_seconds(ct)
+    assert "| `00_environment_setup` | 64 | 2 | 28 | 23 | 1 | 0 | 11 |" in text
+    assert "| **total** | **64** | **2** | **28** | **23** | **1** | **0** | **11** |" in text
