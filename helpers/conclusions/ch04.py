@@ -128,7 +128,7 @@ def measurement_claims(r: dict) -> list[Claim]:
     agree = abs(share_np - share_p) <= AGREE_POINTS
     return [
         # Recorded, not asserted: a few profiled vs unprofiled steps of one job on a shared 2-core machine; the
-        # ratio moves with whatever else runs (0.98-1.22 across the two repeats of benchmarks/results/comm_fusion.json).
+        # ratio moves with whatever else runs (compare the runs in benchmarks/results/comm_fusion.json).
         claim("profiler_overhead", None,
               "The profiler made the step {ratio:.2f}x as long ({pct:+.0%}) in this run; "
               "one short job on a shared machine, so this is recorded, not a property.",
