@@ -76,7 +76,8 @@ def course_timings(course_time: dict | None) -> str:
         if not ch:
             return "not run"
         jobs = get_in(course_time[p], "jobs", "chapters", stem.split("_")[0])
-        extra = f" ({jobs['jobs']} jobs, launches {jobs['launch_s']:.0f} s)" if jobs else ""
+        n = jobs["jobs"] if jobs else 0
+        extra = f" ({n} job{'' if n == 1 else 's'}, launches {jobs['launch_s']:.0f} s)" if jobs else ""
         return f"{ch['seconds'] / 60:.1f} min{extra}" + ("" if ch.get("ok") else " FAILED")
 
     lines = ["", "## Course wall time per chapter", "",
