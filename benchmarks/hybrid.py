@@ -28,7 +28,7 @@ OUT = Path(__file__).resolve().parent / "results" / "hybrid.json"
 
 
 def main(argv=None) -> dict:
-    """Run each layout once with a large classifier; print and save ``hybrid.json``."""
+    """Alternate the layouts ``--repeats`` rounds with a large classifier; print and save ``hybrid.json``."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--classes", type=int, default=100_000)
     ap.add_argument("--steps", type=int, default=6)
