@@ -26,3 +26,14 @@ def start_rank(config_path: str, graph: bool = True):
     out = MetricsWriter(run_dir, rank)
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
     return cfg, run_dir, rank, world, out
+
+
+def data_parallel_context(cfg, world: int, fused: bool) -> None:
+    """``set_auto_parallel_context`` for DATA_PARALLEL with mean gradients, plus the config's ``comm_fusion``
+    when ``fused``: the context the peer scripts (``Model.train``, mindcv) train under."""
+    import mindspore as ms
+
+    parallel = dict(parallel_mode="data_parallel", gradients_mean=True, device_num=world)
+    if fused and cfg.comm_fusion:
+        parallel["comm_fusion"] = cfg.comm_fusion
+    ms.set_auto_parallel_context(**parallel)

@@ -29,7 +29,7 @@ def main(argv=None) -> int:
 
     import mindspore as ms
 
-    from benchmarks._rank_start import start_rank
+    from benchmarks._rank_start import data_parallel_context, start_rank
     from helpers.train.worker import peak_rss_mb, recording_failures
 
     cfg, run_dir, rank, world, out = start_rank(args.config, graph=True)
@@ -44,10 +44,7 @@ def main(argv=None) -> int:
         from benchmarks._steptimer import StepTimer
         from helpers.core.paths import resolve
 
-        parallel = dict(device_num=world, parallel_mode="data_parallel", gradients_mean=True)
-        if args.fusion == "config" and cfg.comm_fusion:
-            parallel["comm_fusion"] = cfg.comm_fusion
-        ms.set_auto_parallel_context(**parallel)
+        data_parallel_context(cfg, world, fused=args.fusion == "config")
         set_seed(cfg.seed, rank)
         dataset = create_dataset(name="", root=str(resolve(cfg.data_dir)), split="train", shuffle=True,
                                  num_shards=world, shard_id=rank, num_parallel_workers=cfg.dataset_workers)

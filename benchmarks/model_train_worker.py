@@ -27,19 +27,15 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     import mindspore as ms
-    from mindspore import context, nn
-    from mindspore.context import ParallelMode
+    from mindspore import nn
     from mindspore.train import Model
 
-    from benchmarks._rank_start import start_rank
+    from benchmarks._rank_start import data_parallel_context, start_rank
     from helpers.train.worker import peak_rss_mb, recording_failures
 
     cfg, run_dir, rank, world, out = start_rank(args.config, graph=args.mode == "graph")
     with recording_failures(out):
-        parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
-        if args.fusion == "config" and cfg.comm_fusion:
-            parallel["comm_fusion"] = cfg.comm_fusion
-        context.set_auto_parallel_context(**parallel)
+        data_parallel_context(cfg, world, fused=args.fusion == "config")
         import mindspore.dataset as ds
 
         from benchmarks._steptimer import StepTimer
