@@ -12,6 +12,13 @@ import time
 from helpers.job.preflight import preflight
 
 
+def report_line(c, width: int) -> str:
+    """``PASS``/``WARN``/``FAIL``, name, value; the fix (or the warning) on the next line."""
+    status = "FAIL" if not c.ok else "WARN" if c.warn else "PASS"
+    extra = f"\n      fix: {c.note}" if not c.ok else f"\n      warning: {c.note}" if c.warn else ""
+    return f"{status}  {c.name:<{width}}  {c.value}{extra}"
+
+
 def main(argv=None) -> int:
     """Print the pre-flight report for the given preset; 1 when any check failed."""
     ap = argparse.ArgumentParser(prog="python -m helpers.job.envcheck", description=__doc__.splitlines()[0])
@@ -25,10 +32,11 @@ def main(argv=None) -> int:
     checks = preflight(args.preset, args.data_dir, args.device_target, args.world_size, args.rehearse)
     width = max(len(c.name) for c in checks)
     for c in checks:
-        fix = "" if c.ok else f"\n      fix: {c.note}"
-        print(f"{'PASS' if c.ok else 'FAIL'}  {c.name:<{width}}  {c.value}{fix}")
+        print(report_line(c, width))
     failed = [c for c in checks if not c.ok]
-    print(f"\n{len(checks) - len(failed)} passed, {len(failed)} failed in {time.monotonic() - t0:.1f} s")
+    warned = sum(c.ok and c.warn for c in checks)
+    print(f"\n{len(checks) - len(failed)} passed ({warned} with a warning), {len(failed)} failed in "
+          f"{time.monotonic() - t0:.1f} s")
     return 1 if failed else 0
 
 

@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Check:
-    """One line of the pre-flight report."""
+    """One line of the pre-flight report (``warn``: passes, but the note says what to watch)."""
 
     name: str
     value: str
     ok: bool
     note: str
+    warn: bool = False
 
 
 def _devices() -> dict[str, bool]:

@@ -5,8 +5,12 @@ Every line is a ``Check`` (name, what was found, ok, what to do). ``python -m he
 
 from __future__ import annotations
 
+import os
+
+from helpers.job.ascend_host import ascend_checks
 from helpers.job.gpu_host import card_memory_gib, gpu_checks
 from helpers.job.machine_checks import Check, environment_checks
+from helpers.job.npu_smi import npu_free_hbm_gib
 
 
 def data_checks(data_dir: str, world_size: int) -> list[Check]:
@@ -28,8 +32,9 @@ def chapter_memory_rows(cfg, preset: str) -> list[tuple[str, str, int, str]]:
             ("04: the AMP sweep's O0 job (float32)", cfg.arch, per_card, "fp32")]
 
 
-def memory_checks(cfg, preset: str, card_gib: float | None) -> list[Check]:
-    """The planner's peak per card for each chapter's biggest step against the smallest card found."""
+def memory_checks(cfg, preset: str, card_gib: float | None, unit: str = "GiB") -> list[Check]:
+    """The planner's peak per card for each chapter's biggest step against the smallest card found (``unit`` names
+    the figure: a GPU's memory, an NPU's free HBM)."""
     from helpers.core.memory_planner import estimate
 
     out = []
@@ -41,7 +46,7 @@ def memory_checks(cfg, preset: str, card_gib: float | None) -> list[Check]:
             continue
         ok = est.fits(card_gib)
         out.append(Check(f"memory plan: {what}", f"{arch} x {batch}, {precision}: {est.total_gib:.1f} GiB of "
-                         f"{card_gib:.0f} GiB", ok,
+                         f"{card_gib:.0f} {unit}", ok,
                          "fits (the planner counts what a step must keep; frameworks add workspace on top)" if ok else
                          "lower the per-card batch (global_batch) or use amp_level O2; chapter 02 shows accumulation"))
     return out
@@ -70,8 +75,13 @@ def preflight_checks(cfg, preset: str) -> list[Check]:
               Check(c.name, c.value, c.value == "available", f"this run's device_target is {cfg.device_target}: "
                     + ("ok" if c.value == "available" else "MindSpore cannot use it here (see the checks below)"))
               for c in environment_checks()]
+    card, unit = None, "GiB"
     if cfg.device_target == "GPU":
         checks += gpu_checks()
+        card = card_memory_gib()
+    elif cfg.device_target == "Ascend":
+        checks += ascend_checks(cfg.local_workers, env={**os.environ, **{k: str(v) for k, v in cfg.env.items()}})
+        card, unit = npu_free_hbm_gib(), "GiB free HBM (smallest chip)"
     checks += data_checks(cfg.data_dir, cfg.world_size)
-    checks += memory_checks(cfg, preset, card_memory_gib() if cfg.device_target == "GPU" else None)
+    checks += memory_checks(cfg, preset, card, unit)
     return checks
