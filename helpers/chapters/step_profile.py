@@ -3,6 +3,8 @@ fusion ids, the AMP levels and the before/after, each run as jobs, shown, and re
 
 from __future__ import annotations
 
+import functools
+import json
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -12,8 +14,10 @@ from helpers.core.config import FUSE_ALL, JobConfig, config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import JobResult, run_job
 from helpers.output.tables import show_md, show_table
-from helpers.topics.amp_kernels import conv_kernel_types, conv_kernels_note, cpu_fp16_flags, kernel_calls, relative_to
-from helpers.topics.comm_fusion import fusion_split_indices, isolate_compile_cache
+from helpers.topics.amp_kernels import (conv_kernel_types, conv_kernels_note, cpu_fp16_flags, kernel_calls, kind_total,
+                                       relative_to)
+from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indices, isolate_compile_cache,
+                                       predicted_buckets)
 from helpers.topics.merged_trace import write_merged_trace
 from helpers.topics.profiling import JobProfile, job_step_s, overhead_ratio, read_job_profile
 from helpers.train.models import build_model
@@ -32,8 +36,14 @@ PLANS = {
 }
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 AMP_NOISE = 0.15            # AMP levels closer than 15 % on a shared 2-core machine: a tie
-SWEEP_HEADERS = ["fusion", "AllReduce calls / step", "mean call size (KB)", "step time (s, no profiler)",
-                 "comm share (profiled)"]
+SWEEP_HEADERS = ["fusion", "AllReduce calls / step", "gradient buckets (predicted)", "mean call size (KB)",
+                 "step time (s, no profiler)", "comm share (profiled)"]
+UNFUSED = "unfused (default)"
+# What must be equal for two jobs' step times to compare (before/after): same work per step, same ranks, the same
+# steps timed (job_step_s: the unprofiled steps 1..profile_skip_steps-1) with the profiler in the same state.
+MEASURED_ALIKE = ("device_target", "world_size", "global_batch", "micro_batch", "accumulation_steps", "image_size",
+                  "arch", "width", "stem", "conv_impl", "steps", "profile", "profile_skip_steps", "threads_per_rank",
+                  "bind_cores")
 
 
 def chapter_plan(preset: str, rehearse: bool, **overrides) -> dict:
@@ -43,10 +53,24 @@ def chapter_plan(preset: str, rehearse: bool, **overrides) -> dict:
     return plan
 
 
-def gradient_bytes(cfg: JobConfig) -> list[int]:
-    """Bytes of each float32 gradient, in the order the optimizer hands them to the reducer (what "index" splits)."""
-    net = build_model(cfg.arch, 10, cfg.width, cfg.stem, "native")
-    return [4 * int(np.prod(p.shape)) for p in net.trainable_params()]
+def gradient_bytes(cfg: JobConfig, num_classes: int = 10) -> list[int]:
+    """Bytes of each float32 gradient, in the order the optimizer hands them to the reducer (what "index" splits),
+    for ``cfg``'s model with ``num_classes`` outputs (a job records its own: ``result.summary("num_classes")``)."""
+    return list(_gradient_bytes(cfg.arch, cfg.width, cfg.stem, int(num_classes)))
+
+
+@functools.lru_cache(maxsize=8)
+def _gradient_bytes(arch: str, width: float, stem: str, num_classes: int) -> tuple[int, ...]:
+    net = build_model(arch, num_classes, width, stem, "native")
+    return tuple(4 * int(np.prod(p.shape)) for p in net.trainable_params())
+
+
+def job_gradient_bytes(result: JobResult) -> list[int]:
+    """A finished job's gradient sizes: its model with the class count its rank 0 recorded."""
+    classes = result.summary("num_classes")[0] if result.summaries else None
+    if classes is None:
+        raise ValueError(f"{result.run_dir}: rank 0 recorded no num_classes in its summary")
+    return gradient_bytes(result.config, classes)
 
 
 @dataclass
@@ -65,8 +89,9 @@ class Chapter:
         return run_job(isolate_compile_cache(self.base.replace(name=name, **changes)), progress=self.progress)
 
     def run_profiled(self, name: str, **changes) -> ProfiledJob:
+        """A profiled job, read with its gradient sizes (the bytes AllReduce moves where no profile measures them)."""
         result = self.run(name, **changes)
-        return ProfiledJob(result, read_job_profile(result))
+        return ProfiledJob(result, read_job_profile(result, job_gradient_bytes(result)))
 
 
 @dataclass
@@ -95,9 +120,6 @@ def prepare(preset: str, rehearse: bool, progress: str = "auto", *, steps=None, 
     ch = Chapter(preset, rehearse, base, plan, gradient_bytes(base), progress)
     show_table(config_table(base) + [("profiled steps", f"{plan['profile_from']}..{plan['steps'] - 1}"),
                                      ("AMP jobs: ranks", plan["amp_world_size"])], ["setting", "value"])
-    pb = ch.param_bytes
-    show_md(f"Model: **{base.arch}** (width {base.width}), **{len(pb)} gradient tensors**, "
-            f"**{sum(pb) / 2**20:.2f} MB** of float32 gradients per step, largest tensor {max(pb) / 2**20:.3f} MB.")
     return ch
 
 
@@ -105,6 +127,9 @@ def prepare(preset: str, rehearse: bool, progress: str = "auto", *, steps=None, 
 def profile_baseline(ch: Chapter) -> ProfiledJob:
     """The baseline job, its per-rank table and (when there is a kernel timeline) its merged trace."""
     job = ch.run_profiled("baseline")
+    ch.param_bytes = pb = job.profile.gradient_bytes          # the job's own model (its class count)
+    show_md(f"Model: **{ch.base.arch}** (width {ch.base.width}), **{len(pb)} gradient tensors**, "
+            f"**{sum(pb) / 2**20:.2f} MiB** of float32 gradients per step, largest tensor {max(pb) / 2**20:.3f} MiB.")
     job.trace_path = str(write_merged_trace(job.result)) if job.profile.has_timeline else ""
     show_table(job.profile.table(), job.profile.TABLE_HEADERS)
     show_md(f"Merged trace (one process per rank, kernels + each rank's step and data-wait spans): `{job.trace_path}` "
@@ -144,7 +169,9 @@ def fusion_settings(plan: dict, param_bytes) -> dict[str, tuple[str, dict]]:
     """Sweep label -> (job name, ``comm_fusion``) of the fused jobs the plan asks for (the baseline is not here)."""
     out = {"auto": ("fused_auto", FUSE_ALL)}
     for mb in plan["bucket_mb"]:
-        out[f"size {mb} MB"] = (f"size_{mb}mb", {"allreduce": {"mode": "size", "config": int(mb)}})
+        # the threshold's unit is 256 KiB under data parallel (helpers.topics.comm_fusion), whatever its name says
+        size = {"allreduce": {"mode": "size", "config": int(mb)}}
+        out[f"size {mb} (~{mb * THRESHOLD_UNIT_BYTES // 1024} KiB)"] = (f"size_{mb}mb", size)
     for kb in plan["index_bucket_kb"]:
         split = fusion_split_indices(param_bytes, kb * 1024)
         out[f"index ~{kb} KB"] = (f"index_{kb}kb", {"allreduce": {"mode": "index", "config": split}})
@@ -152,10 +179,13 @@ def fusion_settings(plan: dict, param_bytes) -> dict[str, tuple[str, dict]]:
 
 
 def sweep_row(label: str, job: ProfiledJob) -> dict:
-    """One row of the fusion sweep: AllReduce calls and mean bucket per step, step time, comm share."""
-    jp = job.profile
+    """One row of the fusion sweep: AllReduce calls per step (measured, and the gradient buckets predicted from the
+    setting), the mean call size (bytes measured on CPU, else the gradients' over the calls), step time, comm
+    share; on CPU also whether the measured bytes match the gradients' (``sizes_agree``)."""
+    jp, cfg = job.profile, job.result.config
     return dict(label=label, allreduce_per_step=jp.allreduce_per_step, bucket_mb=jp.mean_bucket_mb,
-                step_s=job.step_s, comm_share=jp.comm_share)
+                predicted_buckets=predicted_buckets(jp.gradient_bytes, cfg.comm_fusion) if jp.gradient_bytes else None,
+                step_s=job.step_s, comm_share=jp.comm_share, sizes_agree=jp.sizes_agree())
 
 
 @dataclass
@@ -172,12 +202,16 @@ class Sweep:
 
 def fusion_sweep(ch: Chapter, baseline: ProfiledJob) -> Sweep:
     """Runs every fused job of the plan; shows calls, call size, step time and communication share per setting."""
-    jobs = {"unfused (default)": baseline}
+    jobs = {UNFUSED: baseline}
     for label, (name, fusion) in fusion_settings(ch.plan, ch.param_bytes).items():
         jobs[label] = ch.run_profiled(name, comm_fusion=fusion)
     sweep = Sweep(jobs, [sweep_row(k, j) for k, j in jobs.items()])
-    show_table([(d["label"], d["allreduce_per_step"], 1024 * d["bucket_mb"], d["step_s"], d["comm_share"])
-                for d in sweep.rows], SWEEP_HEADERS)
+    show_table([(d["label"], d["allreduce_per_step"], "?" if d["predicted_buckets"] is None else d["predicted_buckets"],
+                 1024 * d["bucket_mb"], d["step_s"], d["comm_share"]) for d in sweep.rows], SWEEP_HEADERS)
+    off = [d["label"] for d in sweep.rows if d["sizes_agree"] is False]
+    if off:     # CPU: the bytes the profile measured are not the model's gradients
+        show_md(f"**Check failed:** the AllReduce bytes measured for {', '.join(off)} differ from the model's "
+                f"{sum(ch.param_bytes) / 2**20:.2f} MiB of gradients by more than 1 %.")
     return sweep
 
 
@@ -209,10 +243,10 @@ def amp_kinds(conv_types) -> list[str]:
     return ["Cast", *conv_types, "BatchNorm", "BatchNormGrad", "ReLU"]
 
 
-def amp_table_rows(step_s: dict, types_tables: dict, kinds) -> list[tuple]:
-    """Per level: step time, ratio to O0, and "calls / ms per step" of each kernel type."""
+def amp_table_rows(step_s: dict, types_tables: dict, kinds, device_target: str = "CPU") -> list[tuple]:
+    """Per level: step time, ratio to O0, and "calls / ms per step" of each kind (under the device's names for it)."""
     return [(k, step_s[k], step_s[k] / step_s["O0"])
-            + tuple(f"{types_tables[k].get(t, (0, 0))[0]:.0f} / {types_tables[k].get(t, (0, 0))[1]:.1f}" for t in kinds)
+            + tuple("{:.0f} / {:.1f}".format(*kind_total(types_tables[k], t, device_target)) for t in kinds)
             for k in step_s]
 
 
@@ -248,31 +282,56 @@ def amp_levels(ch: Chapter) -> Amp:
     conv_types = conv_kernel_types(conv_impl)
     kinds = amp_kinds(conv_types)
     ktab = {k: j.profile.kernel_types() for k, j in jobs.items()}
-    amp = Amp(jobs, ws, conv_impl, conv_types, kinds, {k: kernel_calls(ktab[k], kinds) for k in jobs})
+    device = base.device_target
+    amp = Amp(jobs, ws, conv_impl, conv_types, kinds, {k: kernel_calls(ktab[k], kinds, device) for k in jobs})
     show_md(conv_kernels_note(conv_impl))
-    show_table(amp_table_rows(amp.step_s, ktab, kinds),
+    show_table(amp_table_rows(amp.step_s, ktab, kinds, device),
                ["level", "step (s)", "vs O0"] + [f"{t} (calls / ms per step)" for t in kinds])
     return amp
 
 
 # ------------------------------------------------------------------------------ 6: before / after, errata
-def after_candidates(rows: list[dict], amp_rows: dict | None = None) -> dict[str, tuple]:
-    """label -> (step time without profiler, AllReduce calls per step, communication share), all at the chapter's
-    world size: the fusion sweep, plus each AMP level with fusion when ``amp_rows`` (level -> same tuple) is given."""
-    out = {f"fusion: {d['label']}": (d["step_s"], d["allreduce_per_step"], d["comm_share"]) for d in rows}
-    out.update({f"fusion auto + AMP {k}": v for k, v in (amp_rows or {}).items()})
+def measured_differently(a: JobConfig, b: JobConfig) -> list[str]:
+    """The ``MEASURED_ALIKE`` fields in which two jobs differ: [] when their step times compare."""
+    return [k for k in MEASURED_ALIKE if getattr(a, k) != getattr(b, k)]
+
+
+def setting_label(fusion: str, cfg: JobConfig) -> str:
+    """What a before/after entry ran: its fusion setting and its AMP level (the preset's own, e.g. gpu8's O2)."""
+    return f"fusion {fusion}, AMP {cfg.amp_level}"
+
+
+def after_candidates(baseline: ProfiledJob, entries) -> dict[str, ProfiledJob]:
+    """label -> job for each ``(fusion label, job)`` measured like ``baseline``, one per setting (fusion, AMP
+    level; the first given wins, so the sweep's own ``auto`` stands for the AMP job at the preset's level)."""
+    out, seen = {}, set()
+    for fusion, job in entries:
+        cfg = job.result.config
+        setting = (json.dumps(cfg.comm_fusion, sort_keys=True), cfg.amp_level, cfg.loss_scale)
+        if setting in seen or measured_differently(cfg, baseline.result.config):
+            continue
+        seen.add(setting)
+        out[setting_label(fusion, cfg)] = job
     return out
 
 
 def before_after(ch: Chapter, t_base: float, sweep: Sweep, amp: Amp) -> dict:
-    """The baseline against the fastest configuration measured at the chapter's world size, in img/s."""
-    amp_rows = ({k: (j.step_s, j.profile.allreduce_per_step, j.profile.comm_share) for k, j in amp.jobs.items()}
-                if amp.world_size == ch.base.world_size else None)
-    candidates = after_candidates(sweep.rows, amp_rows)
-    label = min(candidates, key=lambda k: candidates[k][0])
-    out = dict(label=label, before=ch.base.global_batch / t_base, after=ch.base.global_batch / candidates[label][0])
-    show_table([(f"this machine, {ch.base.world_size} ranks ({label})", out["before"], out["after"],
-                 out["after"] / out["before"])], ["", "before (img/s)", "after (img/s)", "speed-up"])
+    """The baseline against the fastest configuration measured like it (same ranks, batch, timed steps and
+    profiler schedule: ``MEASURED_ALIKE``), in img/s; AMP jobs measured otherwise are left out, and said so."""
+    baseline = sweep.jobs[UNFUSED]
+    entries = list(sweep.jobs.items()) + [("auto", j) for j in amp.jobs.values()]
+    candidates = after_candidates(baseline, entries)
+    label = min(candidates, key=lambda k: candidates[k].step_s)
+    gb = baseline.result.config.global_batch
+    out = dict(label=label, before_label=setting_label(UNFUSED, baseline.result.config), before=gb / t_base,
+               after=gb / candidates[label].step_s)
+    show_table([(f"this machine, {ch.base.world_size} ranks ({label} vs {out['before_label']})", out["before"],
+                 out["after"], out["after"] / out["before"])], ["", "before (img/s)", "after (img/s)", "speed-up"])
+    left_out = sorted({k for k, j in amp.jobs.items() if measured_differently(j.result.config, baseline.result.config)})
+    if left_out:
+        show_md(f"Not compared: the AMP jobs ({', '.join(left_out)}) ran with a different "
+                f"{', '.join(measured_differently(amp.jobs[left_out[0]].result.config, baseline.result.config))} "
+                "than the baseline, so their step times are not measured like it.")
     return out
 
 
@@ -305,6 +364,7 @@ def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep
         amp_cast_kernels_per_step={k: amp.kernels[k]["Cast"] for k in amp.kernels},
         o3_keeps_conv_bn_relu_kernels=facts["o3_same_kernels"], cpu_fp16=cpu_fp16_flags(),
         img_per_s={"before": after["before"], "after": after["after"]}, after_config=after["label"],
+        before_config=after["before_label"], gradient_mb=sum(ch.param_bytes) / 2**20,
         mindspore_version=facts["mindspore_version"], comm_fusion_module_exists=facts["comm_fusion_module_exists"],
         fusion_enabled_by_default=facts["fusion_enabled_by_default"], trace_path=baseline.trace_path,
     )

@@ -26,9 +26,41 @@ def conv_kernels_note(conv_impl: str) -> str:
             "count `Im2Col`, `BatchMatMul` and `Col2Im`; no `Conv2D*` kernel ran.")
 
 
-def kernel_calls(types_table: dict, types) -> dict[str, float]:
-    """Executions per step of each of ``types`` in a :meth:`JobProfile.kernel_types` table (0 if absent)."""
-    return {t: float(types_table.get(t, (0.0, 0.0))[0]) for t in types}
+# Per device, the op types that count as one of the table's kinds (a kind not listed counts only itself). The types
+# are MindSpore ops (GPU: the op table's ``op_type``; Ascend: the framework op of each device kernel), after each
+# backend's own passes: GPU fuses BatchNorm with its ReLU (and residual Add) into ``BatchNormWithActivation`` /
+# ``BatchNormWithAddAndActivation`` (lib/plugin/libmindspore_gpu.so.11.x; the ReLU is then gone, which the O0/O3
+# comparison shows); Ascend may split BatchNorm into ``BNTrainingReduce`` + ``BNTrainingUpdate`` (counted once, as
+# the update) or run ``BatchNormExt`` (lib/plugin/libmindspore_ascend.so.2, libmindspore_ops_ascend.so).
+KIND_TYPES = {
+    "CPU": {},
+    "GPU": {"BatchNorm": ("BatchNorm", "BatchNormWithActivation", "BatchNormWithAddAndActivation"),
+            "BatchNormGrad": ("BatchNormGrad", "BatchNormGradWithActivation", "BatchNormGradWithAddAndActivation")},
+    "Ascend": {"BatchNorm": ("BatchNorm", "BNTrainingUpdate", "BatchNormExt"),
+               "BatchNormGrad": ("BatchNormGrad", "BNTrainingUpdateGrad", "BatchNormGradExt")},
+}
+
+
+def kind_types(kind: str, device_target: str = "CPU") -> tuple[str, ...]:
+    """The op types counted as ``kind`` on ``device_target`` (``KIND_TYPES``)."""
+    return KIND_TYPES.get(device_target, {}).get(kind, (kind,))
+
+
+def kind_total(types_table: dict, kind: str, device_target: str = "CPU") -> tuple[float, float]:
+    """(executions, ms) per step of ``kind`` in a :meth:`JobProfile.kernel_types` table, summed over the device's
+    names for it (``KIND_TYPES``); (0, 0) if absent."""
+    rows = [types_table.get(a, (0.0, 0.0)) for a in kind_types(kind, device_target)]
+    return float(sum(c for c, _ in rows)), float(sum(m for _, m in rows))
+
+
+def kernel_calls(types_table: dict, types, device_target: str = "CPU") -> dict[str, float]:
+    """Executions per step of each of ``types`` (:func:`kind_total`)."""
+    return {t: kind_total(types_table, t, device_target)[0] for t in types}
+
+
+def all_zero(counts) -> bool:
+    """Whether every count is 0: nothing of the kind was seen, so there is nothing to compare (not a verdict)."""
+    return all(round(c) == 0 for c in counts)
 
 
 def relative_to(step_s: dict, ref: str = "O0", noise: float = 0.15) -> dict:

@@ -7,8 +7,8 @@ the source of the bytes each AllReduce moves. There are no step markers: a GRAPH
 the graph once, so the k-th execution of each kernel belongs to the k-th profiled step (:func:`split_steps`).
 Per step ``comm`` is the time inside communication kernels (on CPU including the wait for the slowest rank),
 ``compute`` inside every other kernel, ``idle`` the gaps. On Ascend only the ``hcom_*`` rows of process ``HCCL``
-count as communication, so a collective is counted once; GPU kernels come from
-:func:`parse_gpu_activity_timestamps`.
+count as communication, so a collective is counted once, and a device kernel also names the framework op it ran
+for (:attr:`OpEvent.op`); GPU kernels come from :func:`parse_gpu_activity_timestamps`.
 """
 
 from __future__ import annotations
@@ -38,6 +38,13 @@ _COMM_CANON.update({"receive": "Receive", "recv": "Receive"})
 
 _SHAPE = re.compile(r"input_\d+:\[([0-9, ]*)\]")
 
+# Ascend: a device kernel row's args name the framework op that launched it, "<module>::<event>::<full op name>"
+# (e.g. "Kernel::KernelLaunch::Default/network/Conv2D-op12"): profiler/analysis/parser/timeline_event/msprof_event.py
+# (``_MINDSPORE_OP_KEY``) sets it to the parent's name, built in fwk_event.py ``get_name``; the same parent makes
+# kernel_details.csv's "<framework op>/<device kernel>" names (analysis/viewer/ascend_kernel_details_viewer.py).
+FRAMEWORK_OP_ARG = "mindspore_op"
+FRAMEWORK_NAME_SEP = "::"
+
 
 def op_type(name: str) -> str:
     """``Default/grad_reducer-DistributedGradReducer/AllReduce-op39`` -> ``AllReduce``; device collective kernels
@@ -54,13 +61,20 @@ def is_comm(name: str) -> bool:
     return op_type(name) in COMM_OP_TYPES
 
 
+def framework_op_type(framework: str) -> str:
+    """``Kernel::KernelLaunch::Default/network/Conv2D-op12`` (an Ascend kernel's framework op) -> ``Conv2D``."""
+    return op_type(framework.rsplit(FRAMEWORK_NAME_SEP, 1)[-1])
+
+
 @dataclass(frozen=True)
 class OpEvent:
-    """One kernel execution: full scope name, start and duration in microseconds (epoch clock)."""
+    """One kernel execution: full scope name, start and duration in microseconds (epoch clock); ``framework``: the
+    framework op that launched it when the name is a device kernel's (Ascend), which then gives its :attr:`op`."""
 
     name: str
     start_us: float
     dur_us: float
+    framework: str = ""
 
     @property
     def end_us(self) -> float:
@@ -68,7 +82,13 @@ class OpEvent:
 
     @property
     def type(self) -> str:
+        """The kernel's own type (what the step breakdown sorts into compute and communication)."""
         return op_type(self.name)
+
+    @property
+    def op(self) -> str:
+        """The MindSpore op it ran for: the framework op's type when known (Ascend), else :attr:`type`."""
+        return framework_op_type(self.framework) if self.framework else self.type
 
     @property
     def comm(self) -> bool:
@@ -85,7 +105,8 @@ def op_events(trace: list[dict], processes=OP_PROCESSES) -> list[OpEvent]:
     """The kernel executions of one rank's trace (complete events of the kernel processes), by start time."""
     names = process_names(trace)
     pids = {pid for pid, n in names.items() if n in processes}
-    out = [OpEvent(e["name"], float(e["ts"]), float(e.get("dur", 0.0))) for e in trace
+    out = [OpEvent(e["name"], float(e["ts"]), float(e.get("dur", 0.0)),
+                   str((e.get("args") or {}).get(FRAMEWORK_OP_ARG, ""))) for e in trace
            if e.get("ph") == "X" and e.get("pid") in pids]
     out.sort(key=lambda e: e.start_us)
     return out

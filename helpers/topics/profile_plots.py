@@ -66,14 +66,21 @@ def plot_step_timeline(jp, step: int = -1, title: str | None = None, ax=None):
 
 def plot_fusion_sweep(rows: list[dict], title: str = "communication fusion: step time vs bucket size"):
     """Two panels from sweep rows (``label``, ``bucket_mb``, ``allreduce_per_step``, ``step_s``): step time vs
-    mean bucket size (log x), and step time vs AllReduce calls per step."""
+    mean bucket size (log x), and step time vs AllReduce calls per step. A row without a positive size (unknown)
+    cannot sit on a log axis: it is named in the left panel's title instead of silently dropped."""
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
+    unsized = [row["label"] for row in rows if not np.isfinite(row["bucket_mb"]) or row["bucket_mb"] <= 0]
     for row in rows:
         for ax, x in ((a, row["bucket_mb"]), (b, row["allreduce_per_step"])):
+            if ax is a and row["label"] in unsized:
+                continue
             ax.scatter([x], [row["step_s"]], s=30)
             ax.annotate(row["label"], (x, row["step_s"]), fontsize=7, xytext=(4, 3),
                         textcoords="offset points")
-    a.set(xscale="log", xlabel="mean AllReduce size (MB, measured)", ylabel="step time (s, no profiler)")
+    a.set(xscale="log", xlabel="mean AllReduce size (MiB: measured on CPU, else gradients / calls)",
+          ylabel="step time (s, no profiler)")
+    if unsized:
+        a.set_title(f"no size for: {', '.join(unsized)}", fontsize=8)
     b.set(xscale="log", xlabel="AllReduce calls per step (measured)", ylabel="step time (s, no profiler)")
     fig.suptitle(title, fontsize=10)
     fig.tight_layout()

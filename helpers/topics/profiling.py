@@ -5,12 +5,16 @@ Each rank's profiler output is read by :mod:`helpers.topics.rank_profile` (folde
 and the time it waited for data, so ``other = step - data - compute - comm`` is what ran outside kernels (Python,
 graph launch, gaps). A job profiles steps ``profile_skip_steps..``; the steps before ran without the profiler,
 which gives the step time without it (:func:`unprofiled_step_s`) and the profiler's cost (:func:`overhead_ratio`).
+The bytes AllReduce moves per step are measured on CPU (the framework file's input shapes); on a card the
+collectives run on the device and are not in that file, so they are the job's gradient bytes, all reduced once
+per step (``gradient_bytes``), and the mean bucket is those bytes over the AllReduce calls counted.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -60,6 +64,7 @@ class JobProfile:
     profiled_steps: list[int]                    # step indices of the job that were profiled
     step_s: np.ndarray                           # (ranks x profiled steps), from the metrics files
     data_s: np.ndarray
+    gradient_bytes: list[int] = field(default_factory=list)   # the job's float32 gradients, one entry per tensor
 
     def _per_rank(self, attr: str) -> np.ndarray:
         return np.array([[getattr(s, attr) for s in self.ranks[r].steps] for r in sorted(self.ranks)], float)
@@ -94,22 +99,46 @@ class JobProfile:
         return self.comm_s.mean(axis=1) / self.step_s.mean(axis=1)
 
     @property
+    def measured_mb_per_step(self) -> float | None:
+        """Data one rank hands to AllReduce per step, from the framework file's shapes (CPU only; None elsewhere)."""
+        elements = self.ranks[min(self.ranks)].allreduce_elements
+        return 4.0 * sum(elements) / 2**20 if elements else None
+
+    @property
+    def gradient_mb(self) -> float | None:
+        """The job's gradients (MB): what data parallel reduces once per step; None when not given."""
+        return sum(self.gradient_bytes) / 2**20 if self.gradient_bytes else None
+
+    @property
     def reduced_mb_per_step(self) -> float:
-        """Gradient data one rank hands to AllReduce per step (MB, 4-byte elements)."""
-        return 4.0 * sum(self.ranks[min(self.ranks)].allreduce_elements) / 2**20
+        """Gradient data one rank hands to AllReduce per step (MB): measured on CPU, else the gradients' size."""
+        for mb in (self.measured_mb_per_step, self.gradient_mb):
+            if mb is not None:
+                return mb
+        return math.nan
+
+    def sizes_agree(self, rel: float = 0.01) -> bool | None:
+        """Whether the measured bytes match the gradients' (within ``rel``: the measured side also holds any
+        non-gradient AllReduce, e.g. a loss scale's overflow flag); None unless both are known (CPU)."""
+        measured, grads = self.measured_mb_per_step, self.gradient_mb
+        if measured is None or grads is None:
+            return None
+        return abs(measured - grads) <= rel * grads
 
     @property
     def mean_bucket_mb(self) -> float:
+        """Mean bytes per AllReduce call (MB): the data reduced per step over the calls counted per step."""
         n = self.allreduce_per_step
-        return self.reduced_mb_per_step / n if n else 0.0
+        return self.reduced_mb_per_step / n if n else math.nan
 
     def kernel_types(self) -> dict[str, tuple[float, float]]:
-        """Kernel type -> (executions per step, ms per step), means over ranks and profiled steps."""
+        """Kernel type -> (executions per step, ms per step), means over ranks and profiled steps. GPU: the op table's
+        MindSpore op types; Ascend: a device kernel counts as its framework op, an op's kernels once per step."""
         calls: Counter = Counter()
         ms: Counter = Counter()
         n = 0
         for rp in self.ranks.values():
-            if rp.type_table:                     # GPU without a timeline: per-type totals, already per step
+            if rp.type_table:                     # GPU: per-type totals, already per step
                 n += 1
                 for t, (c, m) in rp.type_table.items():
                     calls[op_type(t)] += c
@@ -117,9 +146,14 @@ class JobProfile:
                 continue
             for ev in rp.step_events:
                 n += 1
+                launched = set()                  # Ascend: framework ops seen this step (one launch, 1+ kernels)
                 for e in ev:
-                    calls[e.type] += 1
-                    ms[e.type] += e.dur_us / 1e3
+                    ms[e.op] += e.dur_us / 1e3
+                    if e.framework in launched:
+                        continue
+                    calls[e.op] += 1
+                    if e.framework:
+                        launched.add(e.framework)
         return {t: (calls[t] / n, ms[t] / n) for t in sorted(calls, key=lambda t: -ms[t])}
 
     @property
@@ -147,8 +181,9 @@ class JobProfile:
                     reduced_mb_per_step=self.reduced_mb_per_step, mean_bucket_mb=self.mean_bucket_mb)
 
 
-def read_job_profile(run) -> JobProfile:
-    """Parse every rank of a profiled job. ``run`` is a ``JobResult`` or a run directory."""
+def read_job_profile(run, gradient_bytes=()) -> JobProfile:
+    """Parse every rank of a profiled job. ``run`` is a ``JobResult`` or a run directory; ``gradient_bytes``, the
+    job's gradient sizes, give the bytes reduced where the profile does not measure them (GPU, Ascend)."""
     result = run if isinstance(run, JobResult) else load_result(run)
     cfg = result.config
     if not cfg.profile:
@@ -162,4 +197,4 @@ def read_job_profile(run) -> JobProfile:
              for r in range(cfg.world_size)}
     step_s = result.metric("step_s")[:, profiled]
     data_s = result.metric("data_s")[:, profiled]
-    return JobProfile(result.run_dir, ranks, profiled, step_s, data_s)
+    return JobProfile(result.run_dir, ranks, profiled, step_s, data_s, list(gradient_bytes))

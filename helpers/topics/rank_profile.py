@@ -6,8 +6,9 @@ CPU and Ascend: a job run with ``profile=True`` leaves per rank a folder
 rank is only in these file names. GPU (MindSpore 2.10): a job gets no ``trace_view.json``; the GPU plugin writes
 ``gpu_op_type_info_<dev>.csv``, ``activity_execute_timestamp_<dev>.txt`` (one line per kernel execution,
 ``kernel_name;stream_id;start_ns;duration_us``) and more straight into ``<run_dir>/profile/``, keyed by the CUDA
-device id (= the rank on one node). :func:`read_rank` builds the GPU timeline from the timestamps (the op table
-is the fallback); :func:`rank_dirs` prefers the GPU files for a rank that also has a host-side ``*_ascend_ms``.
+device id (= the rank on one node). :func:`read_rank` builds the GPU timeline from the timestamps and takes the
+per-type counts of MindSpore ops from the op table (also the breakdown's fallback); :func:`rank_dirs` prefers the
+GPU files for a rank that also has a host-side ``*_ascend_ms``.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def rank_dirs(profile_dir: str | Path) -> dict[int, Path]:
     """
     profile_dir = Path(profile_dir)
     gpu = {}
-    for pattern in ("gpu_op_type_info_*.csv", "activity_execute_timestamp_*.txt"):
+    for pattern in (f"gpu{OP_TYPE_TABLE}*.csv", f"gpu{OP_DETAIL_TABLE}*.csv", "activity_execute_timestamp_*.txt"):
         for f in sorted(profile_dir.glob(pattern)):
             gpu[int(re.search(r"_(\d+)\.\w+$", f.name).group(1))] = profile_dir
     out = {}
@@ -76,11 +77,49 @@ class RankProfile:
         return self.folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
 
 
+# The op tables' headers, as MindSpore 2.10 writes them (lib/libmindspore_profiler.so, ccsrc/tools/profiler/
+# data_saver.cc: OpType / OpDetailInfo ``GetCpuHeader`` / ``GetGpuHeader``; tests/contract/test_profiler_formats.py
+# pins each). The CPU type table counts milliseconds, the GPU one microseconds; on GPU ``op_type`` is the MindSpore
+# primitive (the full op name's last scope, "-op<n>" cut), while the kernel timeline has CUDA kernel names.
+CPU_OP_TYPE_HEADER = "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent"
+GPU_OP_TYPE_HEADER = "op_type,type_occurrences,total_time(us),total_proportion,avg_time(us)"
+GPU_OP_DETAIL_HEADER = ("op_side,op_type,op_name,op_full_name,op_occurrences,op_total_time(us),op_avg_time(us),"
+                        "total_proportion,cuda_activity_cost_time(us),cuda_activity_call_count")
+OP_TYPE_TABLE, OP_DETAIL_TABLE = "_op_type_info_", "_op_detail_info_"     # <device><this><dev id>.csv
+# header -> (type column, count column, time column, milliseconds per unit of the time column)
+OP_TABLE_COLUMNS = {
+    CPU_OP_TYPE_HEADER: ("op_type", "type_occurrences", "total_compute_time", 1.0),
+    GPU_OP_TYPE_HEADER: ("op_type", "type_occurrences", "total_time(us)", 1e-3),
+    GPU_OP_DETAIL_HEADER: ("op_type", "op_occurrences", "op_total_time(us)", 1e-3),
+}
+
+
+def gpu_table(folder: Path, rank: int, kind: str = OP_TYPE_TABLE) -> Path:
+    """``<folder>/gpu_op_type_info_<rank>.csv`` (or the ``OP_DETAIL_TABLE``)."""
+    return Path(folder) / f"gpu{kind}{rank}.csv"
+
+
 def read_op_type_table(path: str | Path) -> dict[str, tuple[int, float]]:
-    """``{op type: (executions, total ms)}`` from a ``<device>_op_type_info_<rank>.csv`` table."""
+    """``{op type: (executions, total ms)}`` from an op type table or a GPU op detail table (summed by type), in
+    whichever of ``OP_TABLE_COLUMNS``' layouts its header has."""
     with open(path, newline="") as f:
-        return {row["op_type"]: (int(row["type_occurrences"]), float(row["total_compute_time"]))
-                for row in csv.DictReader(f)}
+        header = f.readline().strip()
+        if header not in OP_TABLE_COLUMNS:
+            raise ValueError(f"{path}: unknown op table header {header!r} (known: {sorted(OP_TABLE_COLUMNS)})")
+        kind, count, time, ms_per_unit = OP_TABLE_COLUMNS[header]
+        out: dict[str, tuple[int, float]] = {}
+        for row in csv.DictReader(f, fieldnames=header.split(",")):
+            n, ms = out.get(row[kind], (0, 0.0))
+            out[row[kind]] = (n + int(row[count]), ms + float(row[time]) * ms_per_unit)
+    return out
+
+
+def read_gpu_op_types(folder: Path, rank: int) -> dict[str, tuple[int, float]] | None:
+    """A GPU rank's per-type totals: its op type table, else its op detail table, else None."""
+    for kind in (OP_TYPE_TABLE, OP_DETAIL_TABLE):
+        if gpu_table(folder, rank, kind).exists():
+            return read_op_type_table(gpu_table(folder, rank, kind))
+    return None
 
 
 def rank_from_op_table(folder: Path, rank: int, table: dict[str, tuple[int, float]], n_steps: int) -> RankProfile:
@@ -97,28 +136,42 @@ def rank_from_op_table(folder: Path, rank: int, table: dict[str, tuple[int, floa
 
 
 def read_rank(folder: str | Path, rank: int, n_steps: int | None = None, device_target: str = "CPU") -> RankProfile:
-    """Read one rank's profiler folder into steps (GPU: its timestamp file, else the op table)."""
+    """Read one rank's profiler folder into steps (GPU: its timestamp file, else the op table). AllReduce sizes
+    only on CPU: on a card the collectives run on the device, which the host's framework file does not see."""
     folder = Path(folder)
-    trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     if device_target == "GPU":
-        stamps = folder / f"activity_execute_timestamp_{rank}.txt"
-        table = folder / f"gpu_op_type_info_{rank}.csv"
-        if stamps.exists():
-            events = parse_gpu_activity_timestamps(stamps.read_text().splitlines())
-            try:
-                steps = split_steps(events, n_steps)
-            except ValueError:
-                if not table.exists():
-                    raise
-                steps = []            # kernels not in whole steps (e.g. cut at the end): per-type totals below
-            if steps:
-                return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, [])
-        if not table.exists():
-            raise FileNotFoundError(f"{table}: no GPU op table (was the job run with profile=True, and did it finish?)")
-        return rank_from_op_table(folder, rank, read_op_type_table(table), n_steps or 1)
+        return read_gpu_rank(folder, rank, n_steps)
+    trace = folder / "ASCEND_PROFILER_OUTPUT" / "trace_view.json"
     if not trace.exists():
         raise FileNotFoundError(f"{trace}: no trace (was the job run with profile=True, and did it finish?)")
     steps = split_steps(device_op_events(read_trace(trace), device_target), n_steps)
     fw = folder / "FRAMEWORK" / f"cpu_framework_{rank}.txt"
-    sizes = allreduce_elements(fw.read_text().splitlines(), len(steps)) if fw.exists() else []
+    sizes = (allreduce_elements(fw.read_text().splitlines(), len(steps))
+             if device_target == "CPU" and fw.exists() else [])
     return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, sizes)
+
+
+def read_gpu_rank(folder: Path, rank: int, n_steps: int | None = None) -> RankProfile:
+    """A GPU rank: the kernel timeline from its timestamp file (CUDA kernel names) and the per-type counts of
+    MindSpore ops from its op table; the op table alone when the timeline does not split into whole steps."""
+    stamps = folder / f"activity_execute_timestamp_{rank}.txt"
+    table = read_gpu_op_types(folder, rank)
+    steps = []
+    if stamps.exists():
+        events = parse_gpu_activity_timestamps(stamps.read_text().splitlines())
+        try:
+            steps = split_steps(events, n_steps)
+        except ValueError:
+            if table is None:
+                raise
+            # kernels not in whole steps (e.g. cut at the end): per-type totals below
+    if table is None:
+        if steps:
+            return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, [])
+        raise FileNotFoundError(f"{gpu_table(folder, rank)}: no GPU op table (was the job run with profile=True, "
+                                "and did it finish?)")
+    n = len(steps) or n_steps or 1
+    if not steps:
+        return rank_from_op_table(folder, rank, table, n)
+    per_step = {t: (c / n, ms / n) for t, (c, ms) in table.items()}
+    return RankProfile(rank, folder, [step_breakdown(s) for s in steps], steps, [], per_step)

@@ -19,7 +19,7 @@ def kernels(cast, **changes):
 def ci_results():
     """What a ci run records (numbers of the shape measured on this machine)."""
     return dict(
-        preset="ci", device_target="CPU", world_size=8, gradient_tensors=62,
+        preset="ci", device_target="CPU", world_size=8, gradient_tensors=62, gradient_mb=0.67,
         allreduce_per_step={"baseline": 62, "fused": 1},
         step_time_s={"baseline": 1.23, "fused": 0.60},
         comm_share={"baseline": 0.54, "fused": 0.15},
@@ -32,7 +32,8 @@ def ci_results():
         amp_kernels_per_step={"O0": kernels(0), "O1": kernels(300), "O2": kernels(330), "O3": kernels(323)},
         amp_cast_kernels_per_step={"O0": 0, "O1": 300, "O2": 330, "O3": 323},
         cpu_fp16={"fp16_math": [], "f16c": True},
-        img_per_s={"before": 52.0, "after": 106.7}, after_config="fusion: auto",
+        img_per_s={"before": 52.0, "after": 106.7}, after_config="fusion auto, AMP O0",
+        before_config="fusion unfused (default), AMP O0",
         mindspore_version="2.10.0", comm_fusion_module_exists=False, fusion_enabled_by_default=False,
     )
 
@@ -62,6 +63,17 @@ def test_fusion_cuts_allreduce_calls_both_outcomes():
     assert c.holds is False and c.text.startswith("Fusion (`auto`) did not cut") and "62 fused" in c.text
     c = by_id(changed(gradient_tensors=70))["fusion_cuts_allreduce_calls"]
     assert "the model has 70 gradient tensors" in c.text and "one per gradient tensor" not in c.text
+
+
+def test_fusion_auto_is_worded_as_a_threshold_with_the_count_measured():
+    """34.10: `auto` does not fuse "every gradient into one AllReduce": it is a 64 x 256 KiB threshold."""
+    c = by_id(ci_results())["fusion_cuts_allreduce_calls"]
+    assert "Fusing every gradient" not in c.text and "one bucket" in c.text
+    assert "closes at about 16 MiB" in c.text and "0.67 MiB of gradients took 1 AllReduce call(s)" in c.text
+    c = by_id(changed(gradient_tensors=161, gradient_mb=97.49, allreduce_per_step__baseline=162,
+                      allreduce_per_step__fused=7))["fusion_cuts_allreduce_calls"]
+    assert c.holds is True and "from 162 (the model has 161 gradient tensors) to 7" in c.text
+    assert "97.49 MiB of gradients took 7 AllReduce call(s)" in c.text
 
 
 def test_fusion_cuts_comm_share_both_outcomes():
@@ -106,6 +118,22 @@ def test_amp_adds_cast_kernels_both_outcomes():
     assert c.holds is True and c.text == "Every AMP level added `Cast` kernels per step: O0 0, O1 300, O2 330, O3 323."
     c = by_id(changed(amp_cast_kernels_per_step__O1=0))["amp_adds_cast_kernels"]
     assert c.holds is False and c.text.startswith("Not every AMP level") and "O1 0" in c.text
+
+
+def test_all_zero_kernel_counts_are_no_verdict():
+    """28.4 / 34.7: on a card whose profile names no `Cast` (or conv / BatchNorm / ReLU) op, every count reads 0.
+    That is a reading gap: `amp_adds_cast_kernels` must not fail and `o3_fuses_nothing` must not hold on it."""
+    zero = {lv: dict.fromkeys(kernels(0), 0) for lv in ("O0", "O1", "O2", "O3")}
+    r = changed(device_target="GPU", amp_cast_kernels_per_step=dict.fromkeys(("O0", "O1", "O2", "O3"), 0),
+                amp_kernels_per_step=zero)
+    cast, o3 = by_id(r)["amp_adds_cast_kernels"], by_id(r)["o3_fuses_nothing"]
+    assert cast.holds is None and "No `Cast` kernels were counted at any level (O0 0, O1 0, O2 0, O3 0)" in cast.text
+    assert "no verdict" in cast.text and "on GPU" in cast.text
+    assert o3.holds is None and o3.text.startswith("No convolution (im2col's") and "no verdict" in o3.text
+    assert failed(as_records(ch04.build(r))) == []
+    assert ch04.same_kernels(zero, IM2COL) is None
+    some = changed(amp_kernels_per_step__O3=kernels(323, Im2Col=0, BatchMatMul=0, Col2Im=0, BatchNorm=0, ReLU=0))
+    assert by_id(some)["o3_fuses_nothing"].holds is False, "counts at O0 and none at O3: a real difference"
 
 
 def test_o3_fuses_nothing_both_outcomes_names_the_kernels_counted():
@@ -164,6 +192,7 @@ def test_reduction_cost_wording_follows_the_agreement():
 def test_before_after_states_the_blogs_own_attribution():
     c = by_id(ci_results())["before_after_here"]
     assert c.holds is None and "52.0" in c.text and "106.7" in c.text and "(2.05x)" in c.text
+    assert "(fusion auto, AMP O0)" in c.text and "baseline's (fusion unfused (default), AMP O0)" in c.text
     assert "from data to hybrid parallel" in c.text and "not fusion + O3" in c.text
 
 

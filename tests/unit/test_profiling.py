@@ -192,13 +192,19 @@ def test_device_collective_kernel_names():
     assert K.op_type("Default/network/Conv2D-op12") == "Conv2D"
 
 
+def gpu_op_type_table(rows) -> str:
+    """A ``gpu_op_type_info_<dev>.csv`` as the GPU profiler writes it: its header (the parser's constant, pinned to the
+    wheel in tests/contract/test_profiler_formats.py), then ``op_type,occurrences,total_us`` rows."""
+    total = sum(us for _, _, us in rows)
+    return R.GPU_OP_TYPE_HEADER + "\n" + "".join(f"{t},{n},{us},{us / total:.4f},{us / n:.3f}\n" for t, n, us in rows)
+
+
 def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
-    """MindSpore 2.10 on GPU: GpuProfiler.analyse writes no trace; the C++ profiler saves
-    gpu_op_type_info_<rank>.csv (the CPU table's columns) into the profile folder for every rank."""
-    header = "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent\n"
+    """MindSpore 2.10 on GPU: GpuProfiler.analyse writes no trace; the C++ profiler saves gpu_op_type_info_<rank>.csv
+    into the profile folder for every rank, in microseconds (not the CPU table's milliseconds and column names)."""
     for rank in (0, 1):
         (tmp_path / f"gpu_op_type_info_{rank}.csv").write_text(
-            header + "Conv2D,106,53,40.0,0.377,0.8\nAllReduce,4,2,10.0,2.5,0.2\n")
+            gpu_op_type_table([("Conv2D", 106, 40_000.0), ("AllReduce", 4, 10_000.0)]))
     dirs = R.rank_dirs(tmp_path)
     assert dirs == {0: tmp_path, 1: tmp_path}
     rp = R.read_rank(dirs[1], 1, n_steps=2, device_target="GPU")
@@ -209,6 +215,19 @@ def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
     assert jp.kernel_types()["Conv2D"] == (53.0, 20.0) and not jp.has_timeline
     with pytest.raises(ValueError, match="timeline"):
         plots.plot_step_timeline(jp)
+
+
+def test_op_tables_are_read_in_their_own_units_and_unknown_headers_refused(tmp_path):
+    cpu = tmp_path / "cpu_op_type_info_0.csv"
+    cpu.write_text(R.CPU_OP_TYPE_HEADER + "\nConv2D,10,5,40.0,4.0,80.0\n")
+    assert R.read_op_type_table(cpu) == {"Conv2D": (10, 40.0)}, "the CPU table counts milliseconds"
+    gpu = tmp_path / "gpu_op_type_info_0.csv"
+    gpu.write_text(gpu_op_type_table([("Conv2D", 10, 40_000.0)]))
+    assert R.read_op_type_table(gpu) == {"Conv2D": (10, 40.0)}, "the GPU table counts microseconds"
+    bad = tmp_path / "gpu_op_type_info_1.csv"
+    bad.write_text("op_type,count,time\nConv2D,1,2\n")
+    with pytest.raises(ValueError, match="unknown op table header"):
+        R.read_op_type_table(bad)
 
 
 def read_ascend_rank(tmp_path, extra=lambda t: []):
@@ -263,11 +282,15 @@ def gpu_stamp_lines(steps=2, t0_ns=1_700_000_000_000_000_000, step_ns=10_000_000
     return lines
 
 
+# What the GPU op table counts for gpu_stamp_lines' two steps: MindSpore op types (the CUDA kernels above are what
+# those ops launched), Cast and the BatchNorm+ReLU that GPU's NHWC pass fuses into BatchNormWithActivation.
+GPU_OP_ROWS = [("MatMul", 2, 2000.0), ("BatchNormWithActivation", 2, 1000.0), ("Cast", 6, 60.0),
+               ("AllReduce", 4, 800.0)]
+
+
 def write_gpu_job(tmp_path, ranks=(0, 1), with_host_folders=True):
-    header = "op_type,type_occurrences,execution_frequency(per-step),total_compute_time,avg_time(ms),percent\n"
     for rank in ranks:
-        (tmp_path / f"gpu_op_type_info_{rank}.csv").write_text(header + "MatMul,2,1,2.0,1.0,0.7\n"
-                                                                          "AllReduce,4,2,0.8,0.2,0.3\n")
+        (tmp_path / f"gpu_op_type_info_{rank}.csv").write_text(gpu_op_type_table(GPU_OP_ROWS))
         # GpuDataSaver::WriteActivity groups the lines by kernel name (an unordered map), so not in time order
         lines = gpu_stamp_lines()
         (tmp_path / f"activity_execute_timestamp_{rank}.txt").write_text("\n".join(sorted(lines)) + "\n")
@@ -304,6 +327,32 @@ def test_gpu_timeline_from_activity_timestamps(tmp_path):
     assert jp.has_timeline and jp.allreduce_per_step == 2
 
 
+def test_gpu_kernel_types_are_mindspore_ops_from_the_op_table(tmp_path):
+    """The GPU timeline's rows are CUDA kernels (volta_sgemm, cudnn::bn_fw...): counting Cast or BatchNorm there
+    finds none. The per-type counts come from the op table, per profiled step, under the GPU's names for each kind."""
+    write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
+    rp = R.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
+    assert rp.step_events[0] and rp.steps[0].allreduce_calls == 2, "the timeline is still read"
+    jp = P.JobProfile(tmp_path, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)))
+    types = jp.kernel_types()
+    assert types["Cast"] == pytest.approx((3.0, 0.03)) and types["MatMul"] == pytest.approx((1.0, 1.0))
+    assert SGEMM not in types
+    calls = amp.kernel_calls(types, ["Cast", "BatchNorm", "ReLU"], "GPU")
+    assert calls == {"Cast": 3.0, "BatchNorm": 1.0, "ReLU": 0.0}, "fused BatchNorm+ReLU: a BatchNorm, no ReLU"
+    assert amp.kernel_calls(types, ["BatchNorm"], "CPU") == {"BatchNorm": 0.0}, "names are per device"
+
+
+def test_gpu_op_detail_table_when_there_is_no_type_table(tmp_path):
+    rows = [("Device", "Cast", "Cast-op1", "Default/Cast-op1", 2, 20.0),
+            ("Device", "Cast", "Cast-op7", "Default/Cast-op7", 2, 30.0),
+            ("Device", "Conv2D", "Conv2D-op2", "Default/Conv2D-op2", 2, 4000.0)]
+    (tmp_path / "gpu_op_detail_info_0.csv").write_text(R.GPU_OP_DETAIL_HEADER + "\n" + "".join(
+        f"{side},{t},{n},{full},{k},{us},{us / k},0.1,{us},{k}\n" for side, t, n, full, k, us in rows))
+    assert R.rank_dirs(tmp_path) == {0: tmp_path}
+    rp = R.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
+    assert rp.type_table == {"Cast": (2.0, pytest.approx(0.025)), "Conv2D": (1.0, pytest.approx(2.0))}
+
+
 def test_gpu_merged_trace_from_activity_timestamps(tmp_path):
     write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
     trace = M.rank_trace(tmp_path, 0)
@@ -320,6 +369,109 @@ def test_ascend_hccl_link_tasks_and_duplicate_rows_are_not_extra_kernels(tmp_pat
         kernel("Notify_Wait", t + 152, 10, pid=3), kernel("Memcpy", t + 165, 10, pid=3)])
     assert [s.allreduce_calls for s in rp.steps] == [1, 1] and rp.steps[0].kernels == 3
     assert rp.steps[0].compute_s == pytest.approx(150e-6) and rp.steps[0].comm_s == pytest.approx(30e-6)
+
+
+def ascend_hw(name, t, dur, framework=None):
+    """An ``Ascend Hardware`` row; ``framework``: the op that launched it, in ``args`` as MindSpore's analysis links it
+    (K.FRAMEWORK_OP_ARG, pinned in tests/contract/test_profiler_formats.py), named "Kernel::KernelLaunch::<op>"."""
+    row = kernel(name, t, dur, pid=2)
+    if framework:
+        row["args"] = {K.FRAMEWORK_OP_ARG: f"Kernel{K.FRAMEWORK_NAME_SEP}KernelLaunch{K.FRAMEWORK_NAME_SEP}{framework}"}
+    return row
+
+
+def test_ascend_kernels_count_as_their_framework_ops(tmp_path):
+    """Ascend Hardware rows carry CANN kernel names (not 'Cast' or 'Conv2D'); each kernel's type is the framework op
+    that launched it, and an op that launched two kernels (a TransData and its convolution) counts once."""
+    conv, cast, bn = "Default/net/Conv2D-op12", "Default/net/Cast-op3", "Default/net/BNTrainingUpdate-op5"
+    meta = [{"ph": "M", "name": "process_name", "pid": p, "args": {"name": n}}
+            for p, n in ((1, "CPU OP"), (2, "Ascend Hardware"), (3, "HCCL"))]
+    events = []
+    for s in range(2):
+        t = 1000.0 * s
+        events += [ascend_hw("TransData_8f1c_high_performance_1", t, 10, conv),
+                   ascend_hw("Conv2D_91ab_high_performance_0", t + 10, 90, conv),
+                   ascend_hw("Cast_77de_high_performance_2", t + 100, 5, cast),
+                   ascend_hw("BNTrainingUpdate_3c2a_0", t + 105, 20, bn),
+                   ascend_hw("MemcpyAsync", t + 140, 5, "Default/grad_reducer/AllReduce-op9"),
+                   kernel("hcom_allReduce__101_0_1", t + 150, 30, pid=3)]
+    d = tmp_path / "vm_1_x_ascend_ms"
+    (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(meta + events))
+    rp = R.read_rank(d, 0, n_steps=2, device_target="Ascend")
+    assert rp.steps[0].allreduce_calls == 1 and rp.steps[0].comm_s == pytest.approx(30e-6), \
+        "the breakdown sorts kernels by their own names: the AllReduce op's copy is not a second collective"
+    jp = P.JobProfile(d, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)))
+    types = jp.kernel_types()
+    assert types["Conv2D"] == pytest.approx((1.0, 0.1)), "one launch, its two kernels' time"
+    assert types["Cast"][0] == 1.0 and "Cast_77de_high_performance_2" not in types
+    assert amp.kernel_calls(types, ["Cast", "Conv2D", "BatchNorm"], "Ascend") == {"Cast": 1.0, "Conv2D": 1.0,
+                                                                                    "BatchNorm": 1.0}
+
+
+# ---------------------------------------------------------------- bytes per AllReduce: measured on CPU, else gradients
+def test_bucket_size_on_a_card_comes_from_the_gradients(tmp_path):
+    """GPU and Ascend profiles carry no AllReduce sizes (the collectives run on the device; the host's framework file
+    sees host kernels only): the bytes reduced per step are the job's gradients, all reduced once per step."""
+    write_gpu_job(tmp_path, ranks=(0,), with_host_folders=False)
+    rp = R.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
+    grads = [2**20, 3 * 2**20]
+    jp = P.JobProfile(tmp_path, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)), grads)
+    assert jp.reduced_mb_per_step == pytest.approx(4.0) and jp.mean_bucket_mb == pytest.approx(2.0)
+    assert jp.summary()["mean_bucket_mb"] == pytest.approx(2.0)
+    assert jp.measured_mb_per_step is None and jp.sizes_agree() is None
+    unknown = P.JobProfile(tmp_path, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)))
+    assert np.isnan(unknown.mean_bucket_mb), "no sizes and no gradients: unknown, not 0"
+
+
+def test_ascend_does_not_take_allreduce_sizes_from_the_host_framework_file(tmp_path):
+    rp0 = read_ascend_rank(tmp_path)
+    fw = rp0.folder / "FRAMEWORK"
+    fw.mkdir()
+    (fw / "cpu_framework_0.txt").write_text("AllReduce;AllReduce-op0;1;input_1:[3];\n" * 2)   # a host-side one
+    rp = R.read_rank(rp0.folder, 0, n_steps=2, device_target="Ascend")
+    assert rp.allreduce_elements == []
+    jp = P.JobProfile(rp.folder, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)), [4 * 2**20])
+    assert jp.reduced_mb_per_step == pytest.approx(4.0) and jp.mean_bucket_mb == pytest.approx(4.0)
+
+
+def test_on_cpu_measured_sizes_agree_with_the_gradients(tmp_path):
+    """CPU measures the bytes (each AllReduce's input shapes in cpu_framework_<r>.txt); they must be the gradients'."""
+    shapes = [[8, 3, 3, 3], [8], [8], [10, 8], [10]]
+    grads = [4 * int(np.prod(s)) for s in shapes]
+    d = tmp_path / "vm_1_x_ascend_ms"
+    (d / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (d / "FRAMEWORK").mkdir()
+    (d / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(fake_trace(steps=2, n_ar=2)))
+    fused = "".join(f"input_{i + 1}:[{', '.join(map(str, s))}];" for i, s in enumerate(shapes[:3]))
+    rest = "".join(f"input_{i + 1}:[{', '.join(map(str, s))}];" for i, s in enumerate(shapes[3:]))
+    (d / "FRAMEWORK" / "cpu_framework_0.txt").write_text(
+        f"AllReduce;AllReduce-op0;1;{fused}\nAllReduce;AllReduce-op1;1;{rest}\n" * 2)
+    rp = R.read_rank(d, 0, n_steps=2)
+    jp = P.JobProfile(d, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)), grads)
+    assert jp.measured_mb_per_step == pytest.approx(jp.gradient_mb) and jp.sizes_agree() is True
+    assert jp.mean_bucket_mb == pytest.approx(sum(grads) / 2 / 2**20)
+    other = P.JobProfile(d, {0: rp}, [3, 4], np.full((1, 2), 0.01), np.zeros((1, 2)), grads + [4096])
+    assert other.sizes_agree() is False
+
+
+def test_fusion_threshold_buckets_as_mindspores_pass_cuts_them():
+    """communication_op_fusion.cc GetAllReduceSplitSegment: the tensor that would overflow a bucket closes it."""
+    assert F.threshold_buckets([4, 4, 4, 4], 8) == [12, 4]
+    assert F.threshold_buckets([4, 4, 4, 4], 100) == [16]
+    assert F.threshold_buckets([10, 1, 1], 8) == [10, 2]
+    assert F.fusion_threshold_bytes({"allreduce": {"mode": "auto", "config": None}}) == 16 * 2**20
+    assert F.fusion_threshold_bytes({"allreduce": {"mode": "size", "config": 4}}) == 2**20
+    assert F.fusion_threshold_bytes({}) is None
+
+
+def test_predicted_buckets_per_fusion_mode():
+    grads = [2**20] * 40                                   # 40 MiB in 1 MiB tensors
+    assert F.predicted_buckets(grads, {}) == 40, "fusion off: one AllReduce per gradient"
+    assert F.predicted_buckets(grads, {"allreduce": {"mode": "auto", "config": None}}) == 3, "16 MiB buckets, not 1"
+    assert F.predicted_buckets(grads, {"allreduce": {"mode": "size", "config": 8}}) == 14     # 2 MiB: 3 tensors each
+    assert F.predicted_buckets(grads, {"allreduce": {"mode": "index", "config": [9, 19]}}) == 3
+    assert F.predicted_buckets(grads, {"allreduce": {"mode": "index", "config": [9, 39]}}) == 2
 
 
 # ---------------------------------------------------------------- which kernels carry the convolutions (chapter 04)
@@ -352,3 +504,13 @@ def test_cpu_fp16_flags(tmp_path):
     f.write_text("flags\t\t: avx512_fp16 amx_fp16\n")
     assert amp.cpu_fp16_flags(str(f)) == {"fp16_math": ["amx_fp16", "avx512_fp16"], "f16c": False}
     assert amp.cpu_fp16_flags(str(tmp_path / "missing")) == {"fp16_math": [], "f16c": False}
+
+
+def test_fusion_sweep_plot_names_a_row_without_a_size():
+    rows = [dict(label="unfused", bucket_mb=0.01, allreduce_per_step=62, step_s=1.2),
+            dict(label="auto", bucket_mb=float("nan"), allreduce_per_step=1, step_s=0.6)]
+    fig = plots.plot_fusion_sweep(rows)
+    left, right = fig.axes
+    assert len(left.collections) == 1 and len(right.collections) == 2
+    assert "no size for: auto" in left.get_title()
+    plots.plt.close(fig)
