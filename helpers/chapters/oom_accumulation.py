@@ -16,7 +16,8 @@ from helpers.core.errors import JobFailed
 from helpers.job.launch import run_job
 from helpers.output.tables import show_md, show_table
 from helpers.topics import memory_scenarios as scenarios
-from helpers.topics.memory_runs import cap_below, job_memory, planner_vs_measured, sweep
+from helpers.topics.memory_runs import (BASELINE_LABELS, MEMORY_LABELS, cap_below, job_memory,
+                                        planner_vs_measured, sweep)
 
 # Sizes per preset. The experiment runs the preset's model; 'ci' and 'cpu' use the im2col convolution and 64 px
 # images for the out-of-memory part (the notebook's section 1 says why: MindSpore's CPU pool reserves 1 GiB blocks,
@@ -108,6 +109,30 @@ def cap_mb_for(s: Sizes, mem_full: dict, full_estimate_bytes: int) -> int:
     return int(0.75 * full_estimate_bytes / MIB)
 
 
+def memory_rows(m: dict) -> tuple[list, list]:
+    """Section 2's table of one job (``job_memory``), rows and headers: per rank its memory before the first step
+    and at the peak, in the job's own measure (device memory on a card, RSS on CPU), then the host's figures."""
+    what, card = m["memory"], m["memory"] == "device"
+    headers = ["rank", f"{BASELINE_LABELS[what]} (MB)", f"{MEMORY_LABELS[what]} (MB)"]
+    headers += ["peak RSS, host (MB)", "peak virtual size, host (MB)"] if card else ["peak virtual size (MB)"]
+    rows = [(r, f"{m['ready'][r]:.0f}", f"{m['peak'][r]:.0f}", *([f"{m['peak_rss'][r]:.0f}"] if card else []),
+             f"{m['vms_peak'][r]:.0f}") for r in range(len(m["peak"]))]
+    return rows, headers
+
+
+def accumulation_rows(mems: dict, tp: dict, cap_mb: int) -> tuple[list, list]:
+    """Section 3's table, rows and headers: peak and above-baseline memory of both runs in their measure,
+    throughput, the largest virtual size, and the cap under the figure it limits (device memory on a card, the
+    address space on CPU)."""
+    what = mems["full_batch"]["memory"]
+    rows = [(k.replace("_", " "), f"{m['max_peak']:.0f}", f"{m['max_activation']:.0f}", f"{tp[k]:.1f}",
+             f"{m['max_vms_peak']:.0f}") for k, m in mems.items()]
+    cap = [f"{cap_mb}", "", "", ""] if what == "device" else ["", "", "", f"{cap_mb}"]
+    rows.append(("cap per rank", *cap))
+    return rows, ["run", f"{MEMORY_LABELS[what]} per rank (MB)", f"above the {BASELINE_LABELS[what]} (MB)",
+                  "images / s", "largest virtual size, host (MB)" if what == "device" else "largest virtual size (MB)"]
+
+
 def grad_check_record(summaries: list[dict]) -> dict:
     """The grad-check job's per-rank summaries reduced over ranks: the largest difference, the smallest cosine."""
     worst = lambda key: max(x[key] for x in summaries)     # noqa: E731
@@ -133,6 +158,16 @@ def grad_check_rows(g: dict, arch: str) -> list:
     return [(name, f"{g[f'grad_max_abs_diff_{n}']:.2e}", f"{g[f'grad_max_abs_{n}']:.3g}",
              f"{g[f'grad_max_rel_diff_{n}']:.1e}",
              "—" if n == "no_bn" else f"{g[f'grad_cosine_{n}']:.{4 if n == 'bn' else 6}f}") for name, n in nets]
+
+
+def builtin_rows(g: dict, device_target: str) -> tuple[list, list]:
+    """The built-in accumulation cells' gradient ratio and error per cell, headed by the device they ran on."""
+    rows = [(name, f"{g[key] if g[key] is not None else float('nan'):.4f}", g["builtin_errors"][err])
+            for name, key, err in (("nn.GradAccumulationCell", "builtin_cell_grad_ratio", "nn_GradAccumulationCell"),
+                                   ("mindspore.parallel.nn.GradAccumulation", "builtin_parallel_grad_ratio",
+                                    "parallel_GradAccumulation"))]
+    return rows, ["built-in cell (wrapped in TrainOneStepCell)", "its gradient / the mean gradient",
+                  f"on {device_target}, DATA_PARALLEL"]
 
 
 def model_api_check() -> dict:
@@ -194,9 +229,7 @@ class OomChapter:
         """Section 2: the full batch measured without a cap, then under a cap sized from it."""
         self.full = run_job(self.base.replace(name="full_batch", compile_cache=False), progress=self.progress)
         self.mem_full = m = job_memory(self.full)
-        show_table([(r, f"{m['ready_rss'][r]:.0f}", f"{m['peak_rss'][r]:.0f}", f"{m['vms_peak'][r]:.0f}")
-                    for r in self.full.ranks],
-                   ["rank", "RSS before first step (MB)", "peak RSS (MB)", "peak virtual size (MB)"])
+        show_table(*memory_rows(m))
         self.cap_mb = cap_mb_for(self.s, m, self.plan[("full batch", self.s.impl)].total_bytes)
         t0 = time.monotonic()
         try:
@@ -212,27 +245,25 @@ class OomChapter:
                 f"\n\n```\n{message}\n```")
 
     def run_accumulated(self) -> None:
-        """Section 3: micro-batch x K under the same cap; loss, peak RSS per rank and throughput of both runs."""
+        """Section 3: micro-batch x K under the same cap; loss, peak memory per rank and throughput of both runs."""
         self.acc = run_job(self.base.replace(name="accumulated_capped", mem_cap_mb=self.cap_mb,
                                              micro_batch=self.s.micro, accumulation_steps=self.s.k,
                                              compile_cache=False), progress=self.progress)
         self.mem_acc = job_memory(self.acc)
         mems = {"full_batch": self.mem_full, "accumulated": self.mem_acc}
         self.tp = {"full_batch": self.full.img_per_s(), "accumulated": self.acc.img_per_s()}
-        # CPU: peak RSS per rank; GPU/Ascend: the device allocator's own peak
-        self.peak = {k: m["max_device_peak"] or m["max_peak_rss"] for k, m in mems.items()}
+        # job_memory's measure: the device allocator on GPU/Ascend, RSS on CPU (peak_rss: the host's, always)
+        self.memory = self.mem_full["memory"]
+        self.peak = {k: m["max_peak"] for k, m in mems.items()}
         self.act = {k: m["max_activation"] for k, m in mems.items()}
+        self.peak_rss = {k: m["max_peak_rss"] for k, m in mems.items()}
 
     def show_accumulation(self) -> None:
         """Peak and "activation" memory, throughput and largest virtual size of both runs, and the cap."""
-        mems = {"full_batch": self.mem_full, "accumulated": self.mem_acc}
-        show_table([(k.replace("_", " "), f"{self.peak[k]:.0f}", f"{self.act[k]:.0f}", f"{self.tp[k]:.1f}",
-                     f"{mems[k]['max_vms_peak']:.0f}") for k in mems] + [("cap per rank", "", "", "", f"{self.cap_mb}")],
-                   ["run", "peak RSS per rank (MB)", "above the RSS before the first step (MB)", "images / s",
-                    "largest virtual size (MB)"])
+        show_table(*accumulation_rows({"full_batch": self.mem_full, "accumulated": self.mem_acc}, self.tp, self.cap_mb))
 
     def plot_accumulation(self) -> None:
-        """Loss of both runs, peak RSS per rank, throughput."""
+        """Loss of both runs, peak memory per rank (device on a card, RSS on CPU), throughput."""
         import matplotlib.pyplot as plt
 
         fig, axes = plt.subplots(1, 3, figsize=(14, 3.4))
@@ -242,10 +273,10 @@ class OomChapter:
         axes[0].set(xlabel="step", ylabel="mean training loss over ranks", title="loss (same global batch)")
         axes[0].set_xticks(np.arange(1, self.full.metric("loss").shape[1] + 1))
         ranks = np.arange(self.full.config.world_size)
-        axes[1].bar(ranks - 0.2, self.mem_full["peak_rss"], 0.4, label="full batch")
-        axes[1].bar(ranks + 0.2, self.mem_acc["peak_rss"], 0.4, label="accumulated")
-        axes[1].plot(ranks, self.mem_full["ready_rss"], "k_", ms=14, label="before first step")
-        axes[1].set(xlabel="rank", ylabel="MB", title="peak RSS per rank")
+        axes[1].bar(ranks - 0.2, self.mem_full["peak"], 0.4, label="full batch")
+        axes[1].bar(ranks + 0.2, self.mem_acc["peak"], 0.4, label="accumulated")
+        axes[1].plot(ranks, self.mem_full["ready"], "k_", ms=14, label="before first step")
+        axes[1].set(xlabel="rank", ylabel="MB", title=f"{MEMORY_LABELS[self.memory]} per rank")
         for ax in axes[:2]:
             ax.legend(fontsize=8)
         axes[2].bar(["full batch", "accumulated"], [self.tp["full_batch"], self.tp["accumulated"]], color=["C0", "C1"])
@@ -264,13 +295,7 @@ class OomChapter:
         show_table(grad_check_rows(g, self.base.arch),
                    ["network", f"max |accumulated - full| ({self.s.k} x {self.s.micro})", "largest gradient element",
                     "relative", "cosine"])
-        show_table([(name, f"{g[key] if g[key] is not None else float('nan'):.4f}", g["builtin_errors"][err])
-                    for name, key, err in (
-                        ("nn.GradAccumulationCell", "builtin_cell_grad_ratio", "nn_GradAccumulationCell"),
-                        ("mindspore.parallel.nn.GradAccumulation", "builtin_parallel_grad_ratio",
-                         "parallel_GradAccumulation"))],
-                   ["built-in cell (wrapped in TrainOneStepCell)", "its gradient / the mean gradient",
-                    "on CPU, DATA_PARALLEL"])
+        show_table(*builtin_rows(g, self.base.device_target))
 
     def run_sweep(self) -> None:
         """Section 5: peak RSS over batch sizes (one process each, native convolution) against the planner, and
@@ -342,7 +367,8 @@ class OomChapter:
                                         and self.acc.weights_identical),
             batch_per_rank=self.s.per_rank, micro_batch=self.s.micro, accumulation_steps=self.s.k,
             accumulated_samples_per_step=int(np.median(self.acc.metric("samples"))), conv_impl=self.s.impl,
-            peak_rss_mb=self.peak, activation_mb=self.act, throughput_img_s=self.tp, grad_check_ranks=int(self.gc_ranks),
+            memory_measured=self.memory, peak_mb=self.peak, activation_mb=self.act, peak_rss_mb=self.peak_rss,
+            throughput_img_s=self.tp, grad_check_ranks=int(self.gc_ranks),
             **grad, planner_slope_mib_per_image=p["planner_slope_mib_per_image"],
             measured_slope_mib_per_image=p["measured_slope_mib_per_image"],
             planner_vs_measured_slope_ratio=p["planner_vs_measured_slope_ratio"], conv_kernels=self.conv_kernels,

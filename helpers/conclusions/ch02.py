@@ -22,11 +22,13 @@ def _oom(r: dict) -> Claim:
     kind = r.get("oom_error_kind")
     return claim(
         "full_batch_oom", bool(r["oom_reproduced"]),
-        "Under a cap of {cap} MB of address space per rank, the full batch of {batch} images per rank failed "
+        "Under a cap of {cap} MB of {capped} per rank, the full batch of {batch} images per rank failed "
         "with kind `oom`, reported by the launcher as one readable error.",
-        "Under a cap of {cap} MB of address space per rank, the full batch of {batch} images per rank did not "
+        "Under a cap of {cap} MB of {capped} per rank, the full batch of {batch} images per rank did not "
         "fail with kind `oom` (it ended with: {kind}).",
-        cap=r["mem_cap_mb"], batch=r["batch_per_rank"], kind=kind or "no failure")
+        cap=r["mem_cap_mb"], batch=r["batch_per_rank"], kind=kind or "no failure",
+        # CPU: an RLIMIT_AS cap; GPU/Ascend: the device memory pool's max_size (runtime.set_memory)
+        capped="address space" if r["device_target"] == "CPU" else "device memory")
 
 
 def _fits(r: dict) -> Claim:
@@ -77,24 +79,33 @@ def _builtin(r: dict) -> Claim:
     ok = abs(ratio - k) <= 1e-3 * k and (par is None or abs(par - k) <= 1e-3 * k)
     return claim(
         "builtin_cells_sum", ok,
-        "MindSpore's `nn.GradAccumulationCell` and `parallel.nn.GradAccumulation` (CPU, DATA_PARALLEL) gave "
+        "MindSpore's `nn.GradAccumulationCell` and `parallel.nn.GradAccumulation` ({device}, DATA_PARALLEL) gave "
         "{ratio:.3f}x and {par}x the mean gradient with {k} micro-batches: they add the micro-batch means "
         "instead of averaging them.",
         "MindSpore's built-in accumulation cells gave {ratio:.3f}x and {par}x the mean gradient with {k} "
         "micro-batches, not the factor {k} they showed before.",
-        ratio=ratio, par="n/a" if par is None else f"{par:.3f}", k=k)
+        ratio=ratio, par="n/a" if par is None else f"{par:.3f}", k=k, device=r["device_target"])
+
+
+# What chapter 02's memory figures measured (``memory_measured``): the device allocator's peak since the ready point
+# against its memory in use there on GPU/Ascend; RSS, which also holds compilation leftovers, on CPU
+MEMORY_WORDS = {
+    "device": ("Peak device memory", "the device memory in use before the first step", "both also count what a "
+               "step keeps besides activations, such as gradients and, when accumulating, their buffers"),
+    "rss": ("Peak RSS", "each rank's pre-training baseline", "both runs also carry compilation leftovers"),
+}
 
 
 def _memory(r: dict) -> Claim:
-    peak, act = r["peak_rss_mb"], r["activation_mb"]
+    peak, act = r["peak_mb"], r["activation_mb"]
+    what, baseline, carried = MEMORY_WORDS[r["memory_measured"]]
     ratio = act["accumulated"] / act["full_batch"] if act["full_batch"] else float("nan")
     return claim(
         "memory_saved", ratio < 1 and peak["accumulated"] < peak["full_batch"],
-        "Peak RSS per rank fell from {full:.0f} to {acc:.0f} MB; the memory above each rank's pre-training "
-        "baseline fell to {ratio:.2f}x (activations alone would give about 1/{k}; both runs also carry "
-        "compilation leftovers).",
-        "Peak RSS per rank went from {full:.0f} to {acc:.0f} MB and the memory above the pre-training baseline "
-        "to {ratio:.2f}x: accumulation did not lower the peak in this run.",
+        what + " per rank fell from {full:.0f} to {acc:.0f} MB; the memory above " + baseline + " fell to "
+        "{ratio:.2f}x (activations alone would give about 1/{k}; " + carried + ").",
+        what + " per rank went from {full:.0f} to {acc:.0f} MB and the memory above " + baseline + " to "
+        "{ratio:.2f}x: accumulation did not lower the peak in this run.",
         full=peak["full_batch"], acc=peak["accumulated"], ratio=ratio, k=r["accumulation_steps"])
 
 

@@ -1,9 +1,10 @@
-"""Measured memory of training on CPU, to set next to ``helpers.core.memory_planner``'s predictions (chapter 02).
+"""Measured memory of training, to set next to ``helpers.core.memory_planner``'s predictions (chapter 02).
 
 On CPU ``mindspore.runtime.max_memory_allocated()`` returns 0, so memory is measured from the operating system:
-RSS and VMS per process. ``job_memory`` reads a finished job: per-rank peaks and "activation" memory = peak RSS
-minus the RSS before the first step, which also holds what compilation leaves behind (so compare jobs with the
-same compile-cache state). ``measure_step_memory`` runs one model's steps in a fresh subprocess (the notebook
+RSS and VMS per process; on GPU/Ascend the ranks also record the device allocator's figures. ``job_memory`` reads
+a finished job: per-rank peaks and "activation" memory = the peak minus the memory before the first step (device
+memory on a card, RSS on CPU, where it also holds what compilation leaves behind: compare jobs with the same
+compile-cache state). ``measure_step_memory`` runs one model's steps in a fresh subprocess (the notebook
 kernel never builds a graph) and reads the peak RSS of the steady steps only; ``sweep`` and ``fit_slope`` give
 the measured MiB per image of batch, which the planner's ``activation_bytes_per_image`` (+ workspace) predicts.
 ``mem_cap_mb`` is an ``RLIMIT_AS`` cap: it counts virtual memory, which MindSpore's CPU memory pool reserves in
@@ -18,12 +19,19 @@ MIB = 2 ** 20
 
 
 # ----------------------------------------------------------------------------------------- from a job
+# What a job's memory figures are, by what measured them: the device allocator on GPU/Ascend, RSS on CPU
+MEMORY_LABELS = {"device": "peak device memory", "rss": "peak RSS"}
+BASELINE_LABELS = {"device": "device memory before the first step", "rss": "RSS before the first step"}
+
+
 def job_memory(result) -> dict:
     """Per-rank memory of a finished job, in MiB: lists indexed by rank, plus the worst rank.
 
-    ``peak_rss`` is the largest ``rss_peak_mb`` a rank recorded (its ``ru_maxrss``), ``ready_rss`` the RSS
-    before its first step, ``activation`` their difference, ``vms_peak`` the largest virtual size;
-    on GPU/Ascend also ``device_peak`` (``mindspore.runtime.max_memory_allocated``, 0 on CPU).
+    Host, always: ``peak_rss`` (the largest ``rss_peak_mb``, its ``ru_maxrss``), ``ready_rss`` (RSS before the
+    first step), ``vms_peak`` (the largest virtual size). ``memory`` says what the chapter's figures measure:
+    ``"device"`` where the ranks recorded the device allocator (GPU/Ascend: ``device_peak_mb``, its
+    ``max_memory_allocated`` since the ready point, against ``device_mb`` there), else ``"rss"``. ``peak``,
+    ``ready`` and ``activation`` (their difference) are in that measure, so are ``max_peak``/``max_activation``.
     """
     from helpers.core.metrics import metrics_path, read_records
 
@@ -31,20 +39,22 @@ def job_memory(result) -> dict:
     for r in sorted(result.steps):
         recs = [x for x in read_records(metrics_path(result.run_dir, r)) if x["event"] == "ready"]
         ready.append(recs[0] if recs else {"rss_mb": float("nan"), "vms_mb": float("nan")})
-    peak = result.metric("rss_peak_mb").max(axis=1)
+    peak_rss = result.metric("rss_peak_mb").max(axis=1)
     vms = result.metric("vms_peak_mb").max(axis=1)
     ready_rss = np.array([x["rss_mb"] for x in ready])
-    act = peak - ready_rss
-    out = {
-        "peak_rss": peak.tolist(), "ready_rss": ready_rss.tolist(), "activation": act.tolist(),
-        "vms_peak": vms.tolist(), "ready_vms": [x["vms_mb"] for x in ready],
-        "max_peak_rss": float(peak.max()), "max_activation": float(act.max()),
-        "max_vms_peak": float(vms.max()), "max_device_peak": None,
-    }
+    out = {"peak_rss": peak_rss.tolist(), "ready_rss": ready_rss.tolist(), "vms_peak": vms.tolist(),
+           "ready_vms": [x["vms_mb"] for x in ready], "max_peak_rss": float(peak_rss.max()),
+           "max_vms_peak": float(vms.max()), "max_device_peak": None}
     first = next(iter(result.steps.values()), [{}])
-    if first and "device_peak_mb" in first[0]:   # GPU/Ascend: the device allocator's own peak
-        device = result.metric("device_peak_mb").max(axis=1)
-        out.update(device_peak=device.tolist(), max_device_peak=float(device.max()))
+    measure = "device" if first and "device_peak_mb" in first[0] else "rss"
+    peak, base = peak_rss, ready_rss
+    if measure == "device":
+        peak = result.metric("device_peak_mb").max(axis=1)
+        base = np.array([x.get("device_mb", float("nan")) for x in ready])
+        out.update(device_peak=peak.tolist(), ready_device=base.tolist(), max_device_peak=float(peak.max()))
+    act = peak - base
+    out.update(memory=measure, peak=peak.tolist(), ready=base.tolist(), activation=act.tolist(),
+               max_peak=float(peak.max()), max_activation=float(act.max()))
     return out
 
 

@@ -8,13 +8,13 @@ import pytest
 
 from helpers.chapters import oom_accumulation as oa
 from helpers.conclusions import ch02
-from helpers.core.errors import JobFailed
+from helpers.core.errors import OOM_TEXTS, JobFailed, failure_kind
 from helpers.topics import memory_scenarios as scenarios
 
 RECORD_KEYS = {
     "preset", "rehearsal", "device_target", "arch", "world_size", "oom_reproduced", "oom_error_kind", "mem_cap_mb",
     "accumulation_succeeded", "batch_per_rank", "micro_batch", "accumulation_steps", "accumulated_samples_per_step",
-    "conv_impl", "peak_rss_mb", "activation_mb", "throughput_img_s", "grad_check_ranks", "grad_check_same_on_all_ranks",
+    "conv_impl", "memory_measured", "peak_mb", "peak_rss_mb", "activation_mb", "throughput_img_s", "grad_check_ranks", "grad_check_same_on_all_ranks",
     "grad_max_abs_diff_no_bn", "grad_max_abs_diff_bn", "grad_max_rel_diff_bn", "grad_cosine_bn",
     "grad_max_abs_diff_bn_frozen", "grad_max_rel_diff_bn_frozen", "grad_cosine_bn_frozen", "bn_frozen_layers",
     "builtin_cell_grad_ratio", "builtin_parallel_grad_ratio", "planner_slope_mib_per_image",
@@ -94,9 +94,15 @@ def fake_chapter() -> oa.OomChapter:
     ch.oom_error, ch.cap_mb = JobFailed("oom", "Memory not enough"), 2744
     ch.acc = SimpleNamespace(summaries={r: {} for r in range(8)}, config=ch.base, weights_identical=True,
                              metric=lambda key: np.full((8, 3), 96))
-    ch.peak, ch.act = {"full_batch": 3000.0, "accumulated": 2000.0}, {"full_batch": 1500.0, "accumulated": 500.0}
+    ch.memory, ch.peak = "rss", {"full_batch": 3000.0, "accumulated": 2000.0}
+    ch.act, ch.peak_rss = {"full_batch": 1500.0, "accumulated": 500.0}, dict(ch.peak)
     ch.tp, ch.gc_ranks = {"full_batch": 50.0, "accumulated": 40.0}, 2
     ch.grad = oa.grad_check_record([summary(0), summary(1)])
+    return later_steps(ch)
+
+
+def later_steps(ch: oa.OomChapter) -> oa.OomChapter:
+    """The numbers of the sweep and errata steps, set by hand."""
     ch.pvm = {"planner_slope_mib_per_image": 0.57, "measured_slope_mib_per_image": 1.8,
               "planner_vs_measured_slope_ratio": 0.57 / 1.8}
     ch.conv_kernels = {"forward_training": "jit_uni_ncsp:conv+ref:any"}
@@ -113,3 +119,112 @@ def test_results_hold_every_key_the_conclusions_read():
     assert r["oom_reproduced"] is True and r["accumulation_succeeded"] is True and r["accumulated_samples_per_step"] == 96
     claims = {c.id: c for c in ch02.build(r)}
     assert claims["full_batch_oom"].holds is True and claims["builtin_cells_sum"].holds is True
+
+
+
+# ------------------------------------------------------------------ chapter 02 on GPU/Ascend: device memory
+def card_job(run_dir, cfg, device_peak: float, rss_peak: float):
+    """A finished job's records in the GPU/Ascend format (``helpers.train.worker``): the ready and step records
+    carry the device allocator's figures (1200 MB in use at the ready point) next to the host's RSS."""
+    from helpers.core.metrics import MetricsWriter
+    from helpers.job.launch import JobResult
+
+    steps = {}
+    for r in range(cfg.world_size):
+        w = MetricsWriter(run_dir, r)
+        w.write("ready", rss_mb=2000.0, vms_mb=40000.0, rss_peak_mb=2000.0, vms_hwm_mb=40000.0, device_mb=1200.0,
+                device_peak_mb=1500.0)
+        steps[r] = [dict(step=i, loss=6.9, step_s=0.5, data_s=0.01, compute_s=0.49, samples=cfg.batch_per_rank,
+                         rss_peak_mb=rss_peak, rss_mb=rss_peak - 50, vms_peak_mb=41000.0, vms_hwm_mb=41000.0,
+                         device_mb=1300.0, device_peak_mb=device_peak + r) for i in range(3)]
+        for rec in steps[r]:
+            w.write("step", **rec)
+        w.close()
+    return JobResult(run_dir, cfg, 0, 1.0, steps=steps, summaries={r: {"checksum": "c"} for r in steps})
+
+
+def test_on_a_card_the_chapter_reports_device_memory_not_rss(tmp_path, monkeypatch):
+    ch = object.__new__(oa.OomChapter)
+    ch.preset, ch.rehearse, ch.progress, ch.s = "gpu8", False, "none", oa.chapter_sizes("gpu8")
+    ch.base = ch.s.base
+    ch.plan = oa.experiment_plan(ch.s, num_classes=1000)[0]
+    # the host's RSS grows under accumulation (it holds no activations on a card); the device's peak falls
+    jobs = {"full_batch": card_job(tmp_path / "full", ch.base, device_peak=30000.0, rss_peak=5100.0),
+            "accumulated_capped": card_job(tmp_path / "acc", ch.base, device_peak=9000.0, rss_peak=5300.0),
+            "grad_check": SimpleNamespace(summaries={0: summary(0), 1: summary(1)})}
+
+    def run_job(cfg, progress=None):
+        if cfg.name == "full_batch_capped":
+            raise JobFailed("oom", "Device(id:0) memory isn't enough and alloc failed", rank=0)
+        return jobs[cfg.name]
+
+    shown = []
+    monkeypatch.setattr(oa, "run_job", run_job)
+    monkeypatch.setattr(oa, "show_table", lambda rows, headers: shown.append((rows, headers)))
+    monkeypatch.setattr(oa, "show_md", lambda text: None)
+    ch.run_full_and_capped()
+    ch.run_accumulated()
+    ch.show_accumulation()
+    ch.run_grad_check()
+    (full_rows, full_head), (acc_rows, acc_head) = shown[0], shown[1]
+    assert full_head[1:3] == ["device memory before the first step (MB)", "peak device memory (MB)"]
+    assert full_rows[7][1:4] == ("1200", "30007", "5100"), "rank 7: device before, device peak, host RSS"
+    assert acc_head[1:3] == ["peak device memory per rank (MB)", "above the device memory before the first step (MB)"]
+    assert acc_rows[0][1:3] == ("30007", "28807") and acc_rows[1][1:3] == ("9007", "7807")
+    assert acc_rows[2] == ("cap per rank", str(ch.cap_mb), "", "", ""), "the cap limits device memory"
+    assert not [h for _, head in shown for h in head if "on CPU" in h or h.startswith(("peak RSS per", "above the RSS"))]
+    assert shown[-1][1][-1] == "on GPU, DATA_PARALLEL"
+    r = later_steps(ch).results()
+    assert r["memory_measured"] == "device" and r["peak_mb"] == {"full_batch": 30007.0, "accumulated": 9007.0}
+    assert r["activation_mb"] == {"full_batch": 28807.0, "accumulated": 7807.0}
+    assert r["peak_rss_mb"] == {"full_batch": 5100.0, "accumulated": 5300.0}
+    memory = {c.id: c for c in ch02.build(r)}["memory_saved"]
+    assert memory.holds is True and memory.text.startswith("Peak device memory per rank fell from 30007 to 9007 MB")
+
+
+# ------------------------------------------------------------------ the kind a failed rank's error is given
+def mindspore_error(text: str) -> str:
+    """``text`` where MindSpore puts an allocator's message: a worker traceback's last line and its C++ stack."""
+    return ("Traceback (most recent call last):\n  File \"helpers/train/worker.py\", line 270, in _loop\n"
+            f"RuntimeError: {text} size[1073741824], kernel name: Default/network-WithLossCell/Conv2D-op12\n\n"
+            "----------------------------------------------------\n- C++ Call Stack: (For framework developers)\n"
+            "----------------------------------------------------\n"
+            "mindspore/ccsrc/backend/ms_backend/runtime/actors/memory_manager_actor.cc:285 SetOpContextMemoryAllocFail\n")
+
+
+@pytest.mark.parametrize("text", [t for t, _ in OOM_TEXTS])
+def test_every_oom_text_in_an_error_is_kind_oom(text):
+    assert failure_kind(mindspore_error(text)) == "oom"
+    assert failure_kind(mindspore_error(text.upper())) == "oom"     # matched whatever the case
+
+
+@pytest.mark.parametrize("line", [
+    "[ERROR] DEVICE(4711,7f3c2effd6c0,python):2026-12-05-16:37:37.580.274 [mindspore/ccsrc/plugin/gpu/res_manager/"
+    "mem_manager/gpu_memory_allocator.cc:85] AllocDeviceMem] cudaMalloc failed, ret[2], out of memory",
+    "RuntimeError: cuDNN Error: cudnnConvolutionForward failed | Error Number: 2 CUDNN_STATUS_ALLOC_FAILED",
+    "RuntimeError: Out of Memory!!! Request memory size: 2147483648B, Memory Statistic: Device HBM memory size: 65536M",
+    "RuntimeError: Device(id:0) memory isn't enough and alloc failed, kernel name: Default/Conv2D-op1, alloc size: 5B"])
+def test_device_allocators_messages_are_kind_oom(line):
+    assert failure_kind(line) == "oom"
+
+
+@pytest.mark.parametrize("line", [
+    # oneDNN refusing a shape or layout: not memory (it contains "could not create a primitive")
+    "RuntimeError: could not create a primitive descriptor for the convolution forward propagation primitive. Run "
+    "workload with environment variable ONEDNN_VERBOSE=all to get additional diagnostic information.",
+    "TypeError: instance allocation failed: new instance has no pybind11-registered base types",
+    "RuntimeError: Somas allocate failed for graph 3",
+    "RuntimeError: cuDNN Error: cudnnSetTensorNdDescriptor failed | Error Number: 3 CUDNN_STATUS_BAD_PARAM",
+    "ValueError: For 'Conv2D', the dimension of 'x' must be 4, but got 3."])
+def test_other_errors_stay_crashes(line):
+    assert failure_kind(mindspore_error(line)) == "crash"
+
+
+def test_a_warning_about_memory_in_the_log_tail_does_not_make_an_oom():
+    warning = ("[WARNING] DEVICE(4711,7f3c,python):2026-12-05-16:37:37.580.274 [ascend_memory_adapter.cc:120] "
+               "Initialize] Reserved memory size for other components(1073741824) is less than recommend size"
+               "(4294967296), It may lead to Out Of Memory in HCCL or other components, Please double check context "
+               "key 'max_device_memory'")
+    tail = f"{warning}\n" + mindspore_error("Call aclnnAdd failed, detail:EZ1001: the shapes cannot broadcast")
+    assert failure_kind(tail) == "crash"
+    assert failure_kind(tail.replace("[WARNING]", "[ERROR]")) == "oom"

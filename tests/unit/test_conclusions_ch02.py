@@ -16,6 +16,7 @@ def base_record():
         "oom_reproduced": True, "oom_error_kind": "oom", "mem_cap_mb": 3535,
         "accumulation_succeeded": True, "batch_per_rank": 96, "micro_batch": 24, "accumulation_steps": 4,
         "accumulated_samples_per_step": 96, "conv_impl": "im2col",
+        "memory_measured": "rss", "peak_mb": {"full_batch": 1420.9, "accumulated": 785.9},
         "peak_rss_mb": {"full_batch": 1420.9, "accumulated": 785.9},
         "activation_mb": {"full_batch": 1016.1, "accumulated": 374.1},
         "throughput_img_s": {"full_batch": 86.3, "accumulated": 198.2},
@@ -107,9 +108,32 @@ def test_builtin_cells_both_ways(base_record):
 def test_memory_claim_both_ways(base_record):
     c = by_id(base_record)["memory_saved"]
     assert c.holds and "fell from 1421 to 786 MB" in c.text and "0.37x" in c.text
-    c = changed(base_record, peak_rss_mb={"full_batch": 800.0, "accumulated": 900.0},
+    assert c.text.startswith("Peak RSS per rank") and "compilation leftovers" in c.text
+    c = changed(base_record, peak_mb={"full_batch": 800.0, "accumulated": 900.0},
                 activation_mb={"full_batch": 300.0, "accumulated": 400.0})["memory_saved"]
     assert c.holds is False and "did not lower the peak" in c.text and "1.33x" in c.text
+
+
+def card_record(record: dict) -> dict:
+    """The record of a gpu8 run on cards: device memory saved, while the host's RSS grew (it holds no activations)."""
+    r = copy.deepcopy(record)
+    r.update(device_target="GPU", preset="gpu8", arch="resnet152", mem_cap_mb=9000, memory_measured="device",
+             peak_mb={"full_batch": 30500.0, "accumulated": 9800.0},
+             activation_mb={"full_batch": 29000.0, "accumulated": 8300.0},
+             peak_rss_mb={"full_batch": 5100.0, "accumulated": 5300.0})
+    return r
+
+
+def test_on_a_card_the_memory_claim_is_the_device_memory(base_record):
+    claims = {c.id: c for c in ch02.build(card_record(base_record))}
+    c = claims["memory_saved"]
+    assert c.holds is True and c.text.startswith("Peak device memory per rank fell from 30500 to 9800 MB")
+    assert "RSS" not in c.text and "compilation" not in c.text and "0.29x" in c.text
+    assert "9000 MB of device memory per rank" in claims["full_batch_oom"].text
+    assert "(GPU, DATA_PARALLEL)" in claims["builtin_cells_sum"].text
+    assert not any("address space" in x.text or "(CPU" in x.text for x in claims.values())
+    cpu = by_id(base_record)
+    assert "3535 MB of address space" in cpu["full_batch_oom"].text and "(CPU, DATA_PARALLEL)" in cpu["builtin_cells_sum"].text
 
 
 def test_throughput_text_follows_the_ratio(base_record):

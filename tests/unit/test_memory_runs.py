@@ -27,7 +27,7 @@ def test_planner_vs_measured_uses_the_planners_activation_slope():
 
 
 @pytest.mark.parametrize("device", [False, True])
-def test_job_memory_per_rank_and_the_device_peak_when_there_is_one(tmp_path, device):
+def test_job_memory_per_rank_in_the_device_measure_on_a_card_and_rss_on_cpu(tmp_path, device):
     from helpers.job.launch import JobResult
     from helpers.topics.memory_runs import job_memory
     from helpers.core.metrics import MetricsWriter
@@ -35,18 +35,36 @@ def test_job_memory_per_rank_and_the_device_peak_when_there_is_one(tmp_path, dev
     steps = {}
     for r in range(2):
         w = MetricsWriter(tmp_path, r)
-        w.write("ready", rss_mb=100.0 + r, vms_mb=900.0)
+        # the worker's records; on GPU/Ascend (device) with the allocator's figures (helpers.train.worker)
+        w.write("ready", rss_mb=100.0 + r, vms_mb=900.0, **({"device_mb": 500.0 + r, "device_peak_mb": 600.0}
+                                                            if device else {}))
         steps[r] = []
         for i, peak in enumerate((150.0, 170.0 + r)):
             rec = dict(step=i, rss_peak_mb=peak, rss_mb=peak - 5, vms_peak_mb=1000.0 + i,
-                       **({"device_peak_mb": 2000.0 + 10 * r} if device else {}))
+                       **({"device_mb": 510.0, "device_peak_mb": 1900.0 + 100 * i + 10 * r} if device else {}))
             w.write("step", **rec)
             steps[r].append(rec)
         w.close()
-    m = job_memory(JobResult(tmp_path, job_config("ci"), 0, 1.0, steps=steps, summaries={0: {}, 1: {}}))
-    assert m["peak_rss"] == [170.0, 171.0] and m["ready_rss"] == [100.0, 101.0]
-    assert m["activation"] == [70.0, 70.0] and m["max_vms_peak"] == 1001.0
-    assert m["max_device_peak"] == (2010.0 if device else None)
+    cfg = job_config("ci").replace(device_target="GPU" if device else "CPU")
+    m = job_memory(JobResult(tmp_path, cfg, 0, 1.0, steps=steps, summaries={0: {}, 1: {}}))
+    # the host's figures, always
+    assert m["peak_rss"] == [170.0, 171.0] and m["ready_rss"] == [100.0, 101.0] and m["max_vms_peak"] == 1001.0
+    if device:   # the device allocator's peak since the ready point, above its memory in use there
+        assert m["memory"] == "device" and m["peak"] == m["device_peak"] == [2000.0, 2010.0]
+        assert m["ready"] == m["ready_device"] == [500.0, 501.0] and m["activation"] == [1500.0, 1509.0]
+        assert m["max_peak"] == m["max_device_peak"] == 2010.0 and m["max_activation"] == 1509.0
+    else:
+        assert m["memory"] == "rss" and m["peak"] == [170.0, 171.0] and m["activation"] == [70.0, 70.0]
+        assert m["max_peak"] == 171.0 and m["max_activation"] == 70.0 and m["max_device_peak"] is None
+
+
+def test_the_worker_records_device_memory_only_on_a_card():
+    from helpers.train.worker import device_memory_mb
+
+    assert device_memory_mb(job_config("ci")) == {}
+    # on a GPU config it reads mindspore.runtime (0 here: this process's device is the CPU, as documented)
+    gpu = device_memory_mb(job_config("ci").replace(device_target="GPU"), reset_peak=True)
+    assert gpu == {"device_mb": 0.0, "device_peak_mb": 0.0}
 
 
 def test_onednn_conv_kernels_reads_the_verbose_lines():
