@@ -6,8 +6,10 @@ way: msrun starts a scheduler whenever ``master_addr`` is one of *its own* addre
 start one and the second dies with 'MS_SCHED_PORT is occupied'. Putting node 1 in a network namespace
 (a veth pair, its own address) makes it a separate host as far as networking goes: only node 0 sees the
 master address as local. This needs root and ``ip`` (iproute2); ``netns_unavailable()`` says why not.
-On a GPU host each node sees only its half of the cards and NCCL is told which interface is its node's;
-the private subnet is one that no route of the host already uses.
+On a card host each node sees only its half of the cards and NCCL/HCCL are told which interface is its
+node's; the private subnet is one that no route of the host already uses. Both namespaces keep the host's
+hostname and boot id, which is what NCCL identifies a host by, so NCCL may still move data between the halves
+over shared memory or peer access rather than the veth link (chapter 00 says what the demo shows).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 import os
+import re
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -75,14 +78,57 @@ def free_subnet(tag: int, used: list[str]) -> ipaddress.IPv4Network:
     raise RuntimeError("no free private /24 for the two-node demo: every candidate overlaps a host route")
 
 
-def node_env(device_target: str, node_rank: int, local_workers: int, interface: str) -> dict:
-    """Variables for one simulated node: its own half of the cards and, for NCCL, its own interface."""
+# CANN's variables for HCCL's host socket (envvar reference, "HCCL_IF_IP" / "HCCL_SOCKET_IFNAME"): the address
+# wins over the interface name; "=<name>" matches that interface exactly (a bare name is a prefix).
+HCCL_IF_IP, HCCL_SOCKET_IFNAME = "HCCL_IF_IP", "HCCL_SOCKET_IFNAME"
+# The NPUs' own RoCE ports, which HCCL uses between servers, get their addresses from the driver's hccn_tool;
+# "hccn_tool -i <card> -ip -g" prints "ipaddr:<address>" when one is set.
+HCCN_TOOL, HCCN_TOOL_DIR = "hccn_tool", "/usr/local/Ascend/driver/tools"
+# What the bundled NCCL (lib/plugin/gpu11.x/libnccl.so.2) tells hosts apart by, besides the hostname: the kernel's
+# boot id, unless NCCL_HOSTID is set. Both namespaces share them, so NCCL sees one host (chapter 00 says so).
+NCCL_HOST_IDENTITY = ("/proc/sys/kernel/random/boot_id", "NCCL_HOSTID")
+DEVICE_IP = re.compile(r"ipaddr\s*:\s*(\d+\.\d+\.\d+\.\d+)")
+
+
+def node_env(device_target: str, node_rank: int, local_workers: int, interface: str, address: str) -> dict:
+    """Variables for one simulated node: its own half of the cards and, for NCCL/HCCL, its own interface
+    (HCCL also its own address, so each node reports its namespace's address as its host)."""
     if device_target == "CPU":
         return {}
     cards = ",".join(str(node_rank * local_workers + i) for i in range(local_workers))
     if device_target == "GPU":
         return {"CUDA_VISIBLE_DEVICES": cards, "NCCL_SOCKET_IFNAME": interface}
-    return {"ASCEND_RT_VISIBLE_DEVICES": cards}
+    return {"ASCEND_RT_VISIBLE_DEVICES": cards, HCCL_SOCKET_IFNAME: f"={interface}", HCCL_IF_IP: address}
+
+
+def device_network_unconfigured(cards, which=shutil.which, run=subprocess.run) -> str | None:
+    """None when every NPU in ``cards`` has a device IP (its RoCE port: HCCL's path between servers), else why not."""
+    tool = which(HCCN_TOOL, path=os.pathsep.join(filter(None, [os.environ.get("PATH"), HCCN_TOOL_DIR])))
+    if not tool:
+        return (f"{HCCN_TOOL} (Ascend driver's network tool) is missing, so the NPUs' device network cannot be "
+                "checked; HCCL between two nodes needs it configured")
+    missing = []
+    for card in cards:
+        try:
+            out = run([tool, "-i", str(card), "-ip", "-g"], capture_output=True, text=True, timeout=30)
+            ok = out.returncode == 0 and DEVICE_IP.search(out.stdout or "")
+        except (OSError, subprocess.SubprocessError):
+            ok = False
+        if not ok:
+            missing.append(card)
+    if missing:
+        return (f"NPUs {missing} have no device IP ({HCCN_TOOL} -i <card> -ip -g): HCCL between two nodes runs "
+                f"over the NPUs' own RoCE ports; set them with "
+                f"{HCCN_TOOL} -i <card> -ip -s address <ip> netmask <mask>")
+    return None
+
+
+def two_node_unavailable(device_target: str, cards, which=shutil.which, run=subprocess.run) -> str | None:
+    """None when the two-node demo can run here for ``device_target`` on ``cards``, else the reason to skip it."""
+    reason = netns_unavailable()
+    if reason or device_target != "Ascend":
+        return reason
+    return device_network_unconfigured(cards, which=which, run=run)
 
 
 def _ip(*args, ns: str | None = None):
@@ -123,8 +169,12 @@ def run_two_node_job(cfg, progress: str = "auto"):
     if cfg.world_size % 2:
         raise ValueError(f"world_size must be even for two nodes (got {cfg.world_size})")
     half = cfg.world_size // 2
+    reason = two_node_unavailable(cfg.device_target, range(cfg.world_size))
+    if reason:
+        raise RuntimeError(reason)
     with two_node_network() as net:
         cfg = cfg.replace(master_addr=net.master_addr, local_world_size=half)
-        launches = [dict(node_rank=0, env=node_env(cfg.device_target, 0, half, net.host_if)),
-                    dict(node_rank=1, prefix=net.node1_prefix, env=node_env(cfg.device_target, 1, half, net.peer_if))]
+        env = [node_env(cfg.device_target, 0, half, net.host_if, net.master_addr),
+               node_env(cfg.device_target, 1, half, net.peer_if, net.node1_addr)]
+        launches = [dict(node_rank=0, env=env[0]), dict(node_rank=1, prefix=net.node1_prefix, env=env[1])]
         return run_job(cfg, progress=progress, launches=launches)

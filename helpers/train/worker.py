@@ -19,10 +19,12 @@ from pathlib import Path
 
 import numpy as np
 
+from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind
 from helpers.core.metrics import MetricsWriter
-from helpers.train.profiler_session import NoProfiler, profiling_session
+from helpers.train.card_runtime import ascend_soc, prepare_card
+from helpers.train.profiler_session import ANALYSIS_EVENT, NoProfiler, profiling_session
 
 @contextmanager
 def recording_failures(out: MetricsWriter):
@@ -58,7 +60,9 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _setup_runtime(cfg: JobConfig):
+def _setup_runtime(cfg: JobConfig) -> dict:
+    """GRAPH_MODE on the config's device, then its per-device settings, all before ``init()``; returns what
+    ``helpers.train.card_runtime.prepare_card`` set on a card (precision, determinism)."""
     import mindspore as ms
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -69,6 +73,7 @@ def _setup_runtime(cfg: JobConfig):
         threads_num(cfg.threads_per_rank)
     elif cfg.mem_cap_mb:
         ms.runtime.set_memory(max_size=f"{cfg.mem_cap_mb / 1024:.3f}GB")
+    return prepare_card(cfg, ms)
 
 
 def apply_cpu_memory_cap(cfg: JobConfig) -> None:
@@ -102,6 +107,20 @@ def memory_now_mb() -> dict:
     vms = info.vms / 2**20
     return {"rss_mb": info.rss / 2**20, "vms_mb": vms, "rss_peak_mb": peak_rss_mb(),
             "vms_hwm_mb": vms_high_water_mb(vms)}
+
+
+def device_memory_mb(cfg: JobConfig, reset_peak: bool = False) -> dict:
+    """GPU/Ascend: the device allocator's memory in use (``device_mb``) and its peak (``device_peak_mb``), in MB,
+    from ``mindspore.runtime`` (both read 0 on CPU, so nothing is recorded there); ``reset_peak`` then restarts
+    the peak from what is in use now (``reset_peak_memory_stats``)."""
+    if cfg.device_target == "CPU":
+        return {}
+    from mindspore import runtime
+
+    now = {"device_mb": runtime.memory_allocated() / 2**20, "device_peak_mb": runtime.max_memory_allocated() / 2**20}
+    if reset_peak:
+        runtime.reset_peak_memory_stats()
+    return now
 
 
 def _build_train_step(cfg: JobConfig, num_classes: int):
@@ -200,12 +219,10 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
         return _train_phases(cfg, rank, world, out, net, step, num_classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
     it = data.create_tuple_iterator(num_epochs=-1)
-    out.write("ready", **memory_now_mb())    # memory before the first step (chapter 02 subtracts it)
+    # memory before the first step (chapter 02 subtracts it); on GPU/Ascend the device peak restarts here
+    out.write("ready", **memory_now_mb(), **device_memory_mb(cfg, reset_peak=True))
     t_start = time.perf_counter()
-    with profiling_session(cfg, run_dir) as prof:
-        step_times = _loop(cfg, rank, step, it, out, prof)
-        if cfg.profile:   # the profiler's analysis runs on leaving this block: a phase, not a stalled step
-            out.write("profile_analysis")
+    step_times = profiled_loop(cfg, run_dir, rank, step, it, out)
     train_s = time.perf_counter() - t_start
     out.write("trained", train_s=train_s)
     accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
@@ -218,6 +235,14 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
 
         summary.update(save_rank_checkpoint(net, run_dir, rank))
     return summary
+
+
+def profiled_loop(cfg: JobConfig, run_dir: Path, rank: int, step, it, out: MetricsWriter) -> list[float]:
+    """The training loop, inside the profiler when ``cfg.profile``. The profile's analysis runs within the last
+    step's ``prof.step()``; the rank records ``profile_analysis`` as it starts, so the launcher's watchdog gives it
+    the compile allowance (``helpers.job.stall``) instead of timing it as a stalled step."""
+    with profiling_session(cfg, run_dir, before_analysis=lambda: out.write(ANALYSIS_EVENT)) as prof:
+        return _loop(cfg, rank, step, it, out, prof)
 
 
 def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net, step, num_classes: int) -> dict:
@@ -279,10 +304,7 @@ def _loop(cfg, rank, step, it, out, prof, steps=None, phase=None, job_step0=0) -
         rec = dict(step=i, loss=loss, step_s=t2 - t0, data_s=t1 - t0, compute_s=t2 - t1,
                    samples=int(len(lab)), rss_peak_mb=mem["rss_peak_mb"], rss_mb=mem["rss_mb"],
                    vms_peak_mb=vms_peak, vms_hwm_mb=mem["vms_hwm_mb"], lr=lrs[i] if lrs else None, **scale_info)
-        if cfg.device_target != "CPU":   # the device allocator's own peak (it reports 0 on CPU)
-            from mindspore import runtime
-
-            rec["device_peak_mb"] = runtime.max_memory_allocated() / 2**20
+        rec.update(device_memory_mb(cfg))   # GPU/Ascend: the device allocator's own figures
         rec["class_counts"] = class_counts(lab)
         if phase is not None:
             rec.update(phase=phase, job_step=job_step0 + i - steps.start)
@@ -311,13 +333,14 @@ def main(argv=None) -> int:
     cfg_path = Path(argv[0])
     cfg = JobConfig.load(cfg_path)
     run_dir = cfg_path.parent
-    _setup_runtime(cfg)
+    applied = _setup_runtime(cfg)
     from mindspore.communication import get_group_size, get_rank, init
 
     init()                          # the scheduler process never returns from here
     rank, world = get_rank(), get_group_size()
     out = MetricsWriter(run_dir, rank)
-    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename)
+    card = card_record(cfg.device_target, applied, ascend_soc() if cfg.device_target == "Ascend" else "")
+    out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename, **card)
     from helpers.train.heartbeat import Heartbeat
 
     with recording_failures(out), Heartbeat(run_dir, rank):
@@ -328,7 +351,7 @@ def main(argv=None) -> int:
             summary = run_task(cfg, rank, world)
         else:
             summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
-        out.write("summary", **summary)
+        out.write("summary", **{**card, **summary})   # chip, precision mode, deterministic: in the JobResult too
         leave_together(world)
     return 0
 

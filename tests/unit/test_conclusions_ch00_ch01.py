@@ -80,6 +80,33 @@ def test_ch00_skipped_two_node_demo_is_an_observation_with_its_reason():
     assert "two_node_checksum" not in c
 
 
+ASCEND_CARD = {"chip": "ascend910", "precision_mode": "must_keep_origin_dtype", "deterministic": True}
+
+
+def test_ch00_card_settings_are_judged_on_a_card_only():
+    assert "card_settings" not in by_id(chapter00_claims(ch00(card={"chip": "n/a", "precision_mode": "n/a",
+                                                                     "deterministic": "n/a"})))
+    ok = by_id(chapter00_claims(ch00(device_target="Ascend", card=dict(ASCEND_CARD))))["card_settings"]
+    assert ok.holds is True and "chip ascend910" in ok.text and "must_keep_origin_dtype" in ok.text
+    fp16 = dict(ASCEND_CARD, precision_mode="allow_fp32_to_fp16 (MindSpore's default on ascend910)")
+    assert by_id(chapter00_claims(ch00(device_target="Ascend", card=fp16)))["card_settings"].holds is False
+    noisy = dict(ASCEND_CARD, deterministic=False)
+    c = by_id(chapter00_claims(ch00(device_target="Ascend", card=noisy)))["card_settings"]
+    assert c.holds is False and "run-to-run noise" in c.text
+    gpu = {"chip": "n/a", "precision_mode": "conv_allow_tf32=False", "deterministic": True}
+    assert by_id(chapter00_claims(ch00(device_target="GPU", card=gpu)))["card_settings"].holds is True
+    tf32 = dict(gpu, precision_mode="conv_allow_tf32=True (MindSpore's default: TF32)")
+    assert by_id(chapter00_claims(ch00(device_target="GPU", card=tf32)))["card_settings"].holds is False
+
+
+@pytest.mark.parametrize("device, words", [("GPU", "one host to NCCL"), ("Ascend", "HCCL its own address")])
+def test_ch00_two_node_demo_on_a_card_says_what_it_does_not_show(device, words):
+    c = by_id(chapter00_claims(ch00(device_target=device, card=dict(ASCEND_CARD))))
+    assert c["two_node_link"].holds is None and words in c["two_node_link"].text
+    assert "not measured here" in c["two_node_link"].text
+    assert "two_node_link" not in by_id(chapter00_claims(ch00()))
+
+
 def test_ch00_native_on_gpu_has_no_timing_claim_to_fail():
     c = by_id(chapter00_claims(ch00(conv_impl="native", conv_seconds_per_step={}, device_target="GPU")))
     assert c["conv_impl"].holds is None and "on GPU" in c["conv_impl"].text
