@@ -1,12 +1,14 @@
 """Run the whole course headless: every notebook in order with papermill, then HTML handouts and an index.
 
     python -m helpers.course run [--preset ci|cpu|gpu8] [--rehearse] [--out runs/course] [--only 00 01]
+        [--device-target CPU|GPU|Ascend] [--data-dir DIR] [--world-size N] [--global-batch N] [--arch A] [--steps N]
 
-``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.core.rehearsal``).
-
-Executed notebooks go to ``<out>/<stem>.ipynb``, HTML copies to ``<out>/<stem>.html``, each chapter's
-recorded results to ``<out>/results/<stem>.json``, and ``<out>/index.html`` links them all with timings.
-A failing chapter is kept (executed up to the error, HTML included) and the run goes on with the next.
+``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.core.rehearsal``),
+standing for the card ``--device-target`` names. Each other option goes to every notebook that declares it.
+The notebooks are the code checkout's (``helpers.core.paths.notebooks_dir``), whatever ``$COURSE_HOME`` says.
+Under ``<out>/<preset>[-<target>][-rehearsal]``: executed notebooks ``<stem>.ipynb``, HTML copies ``<stem>.html``,
+results ``results/<stem>.json``, ``index.html`` linking them all with timings, ``summary.json``. A failing chapter
+is kept (executed up to the error, HTML included) and the run goes on with the next.
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ import logging
 import os
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from helpers.core.paths import course_home, resolve
+from helpers.core.config import ARCH_NAMES, DEVICE_TARGETS
+from helpers.core.errors import CourseError, DataError
+from helpers.core.paths import notebooks_dir, resolve
 
 log = logging.getLogger("helpers.course")
+CHAPTER_PATTERN = "[0-9][0-9]_*.ipynb"
+# parameters-cell overrides the command line passes on: (name, type); each goes to the notebooks that declare it
+OVERRIDES = (("device_target", str), ("data_dir", str), ("world_size", int), ("global_batch", int), ("arch", str),
+             ("steps", int))
 
 
 @dataclass
@@ -37,14 +45,38 @@ class ChapterRun:
     html: str
     results: dict
     error: str = ""
+    parameters: dict = field(default_factory=dict)     # what papermill passed the notebook
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
-    """The chapter notebooks in order, or those whose names start with one of ``only``."""
-    paths = sorted((course_home() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    """The chapter notebooks in order, or those whose names start with one of ``only``; a DataError naming the
+    folder and the pattern when there is none."""
+    folder = notebooks_dir()
+    paths = sorted(folder.glob(CHAPTER_PATTERN))
     if only:
         paths = [p for p in paths if any(p.name.startswith(o) for o in only)]
+    if not paths:
+        there = ", ".join(p.stem for p in sorted(folder.glob(CHAPTER_PATTERN))) or "none"
+        asked = f" starting with {' or '.join(only)}" if only else ""
+        raise DataError(f"no chapter notebook{asked} in {folder} (pattern {CHAPTER_PATTERN}; chapters there: {there})")
     return paths
+
+
+def chapter_parameters(path: Path, preset: str, results_path: Path, extra: dict | None = None) -> dict:
+    """What papermill passes one notebook: ``preset``, ``results_path`` and each of ``extra`` (not None) that its
+    parameters cell declares; the others are left out with a note (papermill would only warn about them)."""
+    import papermill as pm
+
+    declared = pm.inspect_notebook(str(path))
+    params = dict(preset=preset, results_path=str(results_path))
+    for name, value in (extra or {}).items():
+        if value is None:
+            continue
+        if name in declared:
+            params[name] = value
+        else:
+            log.warning("%s: its parameters cell has no %s, not passed (%s=%r)", path.stem, name, name, value)
+    return params
 
 
 def to_html(ipynb: Path) -> Path:
@@ -66,22 +98,22 @@ def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -
     executed = out / f"{stem}.ipynb"
     results_path = out / "results" / f"{stem}.json"
     results_path.unlink(missing_ok=True)
+    params = chapter_parameters(path, preset, results_path, extra)
     t0 = time.monotonic()
     error = ""
     try:
         pm.execute_notebook(str(path), str(executed), cwd=str(path.parent), log_output=True,
-                            progress_bar=False, parameters=dict(preset=preset, results_path=str(results_path),
-                                                                **(extra or {})))
+                            progress_bar=False, parameters=params)
     except Exception as exc:  # noqa: BLE001 - recorded on the index page, the run goes on
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     seconds = time.monotonic() - t0
     page = to_html(executed) if executed.exists() else None
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    return ChapterRun(stem, not error, seconds, str(executed), str(page or ""), results, error)
+    return ChapterRun(stem, not error, seconds, str(executed), str(page or ""), results, error, params)
 
 
-def write_index(runs: list[ChapterRun], out: Path, preset: str) -> Path:
-    """Write ``index.html`` (per chapter: status, time, results) and ``summary.json``; returns the page."""
+def write_index(runs: list[ChapterRun], out: Path, preset: str, extra: dict | None = None) -> Path:
+    """Write ``index.html`` (the options; per chapter: status, time, results) and ``summary.json``; returns the page."""
     rows = []
     for r in runs:
         status = "✅" if r.ok else f"❌ {html.escape(r.error)}"
@@ -92,6 +124,7 @@ def write_index(runs: list[ChapterRun], out: Path, preset: str) -> Path:
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}
 table{{border-collapse:collapse}} pre{{margin:0;font-size:80%}}</style>
 <h1>Course run, preset <code>{preset}</code></h1>
+<p>{html.escape(run_label(preset, extra))}</p>
 <p>{time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores; total {sum(r.seconds for r in runs):.0f} s.</p>
 <table><tr><th>chapter</th><th>status</th><th>time</th><th>recorded results</th></tr>{''.join(rows)}</table>"""
     index = out / "index.html"
@@ -100,34 +133,55 @@ table{{border-collapse:collapse}} pre{{margin:0;font-size:80%}}</style>
     return index
 
 
+def run_label(preset: str, extra: dict | None) -> str:
+    """One line for the index page: the options passed to every chapter and, when rehearsed, the card it stands for."""
+    extra = {k: v for k, v in (extra or {}).items() if v is not None}
+    text = "options: " + (", ".join(f"{k}={v}" for k, v in extra.items()) or "the preset's")
+    if extra.get("rehearse"):
+        from helpers.core.config import PRESETS
+
+        card = extra.get("device_target") or PRESETS[preset]["device_target"]
+        text += f"; rehearsed on CPU, standing for {card}"
+    return text
+
+
 def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[str] | None = None,
-               rehearse: bool = False) -> list[ChapterRun]:
-    """Run the chosen chapters in order under ``<out>/<preset>`` and write the index page."""
-    out = resolve(out) / (f"{preset}-rehearsal" if rehearse else preset)
-    (out / "results").mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("COURSE_PROGRESS", "text")   # no widget front end under papermill
-    extra = {}
+               rehearse: bool = False, overrides: dict | None = None) -> list[ChapterRun]:
+    """Run the chosen chapters in order under ``<out>/<preset>[-<device_target>][-rehearsal]`` and write the index
+    page; ``overrides`` (``OVERRIDES``: device_target, data_dir, ...) go to every notebook that declares them."""
+    chapters = notebooks(only)                          # no chapter: a DataError naming the folder, before any work
+    extra = {k: v for k, v in (overrides or {}).items() if v is not None}
     if rehearse:
-        from helpers.core.rehearsal import ensure_fake_imagenet, rehearsal_overrides
+        from helpers.core.rehearsal import rehearsal_overrides, rehearsal_target
 
         rehearsal_overrides(preset)                     # refuses a preset without a rehearsal before any work
-        ensure_fake_imagenet()
+        if extra.get("device_target"):
+            rehearsal_target(extra["device_target"])    # the card it stands for: GPU or Ascend
         extra["rehearse"] = True
-    chapters = notebooks(only)
+    target = f"-{extra['device_target']}" if extra.get("device_target") else ""
+    out = resolve(out) / f"{preset}{target}{'-rehearsal' if rehearse else ''}"
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    os.environ.setdefault("COURSE_PROGRESS", "text")   # no widget front end under papermill
     runs = []
     for i, path in enumerate(chapters, 1):
-        print(f"[{i}/{len(chapters)}] {path.name} (preset {preset}{', rehearsal' if rehearse else ''}) ...", flush=True)
+        print(f"[{i}/{len(chapters)}] {path.name} (preset {preset}, {run_label(preset, extra)}) ...", flush=True)
         run = run_chapter(path, preset, out, extra)
         runs.append(run)
         print(f"[{i}/{len(chapters)}] {path.name}: {'ok' if run.ok else 'FAILED: ' + run.error} "
               f"in {run.seconds:.0f} s -> {run.html}", flush=True)
-    index = write_index(runs, out, preset)
+    index = write_index(runs, out, preset, extra)
     print(f"\nExecuted notebooks, HTML copies and results: {out}\nIndex page: {index}", flush=True)
     return runs
 
 
-def main(argv=None) -> int:
-    """The command line: ``run`` the course; returns 0 only if every chapter ran."""
+def _absolute(path: str) -> str:
+    """A folder typed on the command line, from the shell's working directory (a notebook would take a relative
+    path from the course home)."""
+    return str(Path(path).expanduser().absolute())
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line's options (``OVERRIDES`` spelled with dashes)."""
     ap = argparse.ArgumentParser(prog="python -m helpers.course", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     run = sub.add_parser("run", help="execute every notebook in order")
@@ -136,10 +190,28 @@ def main(argv=None) -> int:
     run.add_argument("--only", nargs="*", help="chapter prefixes, e.g. 00 02")
     run.add_argument("--rehearse", action="store_true",
                      help="gpu8 only: run its code paths on CPU, 2 ranks, a generated ImageNet-layout tree")
-    args = ap.parse_args(argv)
+    helps = {"device_target": "the cards to run on (with --rehearse: the card the CPU rehearsal stands for)",
+             "data_dir": "ImageNet layout: <dir>/train/<wnid>/*.JPEG and val/",
+             "world_size": "ranks (cards)", "global_batch": "images per step over all ranks (not chapter 02)",
+             "steps": "steps of each job (each chapter has its own default)"}
+    for name, kind in OVERRIDES:
+        choices = {"device_target": DEVICE_TARGETS, "arch": ARCH_NAMES}.get(name)
+        run.add_argument("--" + name.replace("_", "-"), type=_absolute if name == "data_dir" else kind, default=None,
+                         choices=choices, help=helps.get(name, "as the notebooks' parameter of that name"))
+    return ap
+
+
+def main(argv=None) -> int:
+    """The command line: ``run`` the course; returns 0 only if every chapter ran (2: nothing could start)."""
+    args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="    %(message)s", stream=sys.stdout)
     logging.getLogger("papermill").setLevel(logging.INFO)
-    runs = run_course(args.preset, args.out, args.only, args.rehearse)
+    try:
+        runs = run_course(args.preset, args.out, args.only, args.rehearse,
+                          {name: getattr(args, name) for name, _ in OVERRIDES})
+    except CourseError as e:
+        print(f"python -m helpers.course run: {e}", file=sys.stderr)
+        return 2
     return 0 if runs and all(r.ok for r in runs) else 1
 
 

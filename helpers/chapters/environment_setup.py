@@ -9,10 +9,11 @@ from __future__ import annotations
 import inspect
 
 from helpers.conclusions.ch00 import conv_benchmark, seed_api_facts, two_node_comparison
+from helpers.core.card_settings import NOT_APPLICABLE
 from helpers.core.config import config_table
 from helpers.core.rehearsal import stand_in_rows
 from helpers.job.launch import msrun_command
-from helpers.job.multinode import netns_unavailable
+from helpers.job.multinode import two_node_unavailable
 from helpers.job.preflight import preflight_checks
 from helpers.output.tables import show_md, show_table
 from helpers.train.conv_autoselect import resolve_conv_impl
@@ -39,8 +40,10 @@ def show_preflight(cfg, preset: str) -> list[str]:
     checks = preflight_checks(cfg, preset)
     show_table(preflight_rows(checks), ["check", "found", "ok", "what it means / the fix"])
     if shows_stand_ins(cfg, preset):
-        show_md(f"**Which parts ran as on the cards** (device target {cfg.device_target}):")
-        show_table(stand_in_rows(cfg.device_target), ["on 8 cards", "in this run", "where the branch is"])
+        card = f", standing for {cfg.rehearsed_target}" if cfg.rehearsed_target else ""
+        show_md(f"**Which parts ran as on the cards** (device target {cfg.device_target}{card}):")
+        show_table(stand_in_rows(cfg.device_target, cfg.rehearsed_target),
+                   ["on 8 cards", "in this run", "where the branch is"])
     return [c.name for c in checks if not c.ok]
 
 
@@ -75,10 +78,20 @@ def steps_applied(result) -> int:
     return sum(not rec.get("overflow", False) for rec in result.steps[0])
 
 
+def card_of(result) -> dict:
+    """What the first rank recorded of its card (``helpers.core.card_settings.card_record``): chip, precision
+    mode in force, deterministic; ``n/a`` on CPU."""
+    rec = result.summaries[result.ranks[0]] if result.ranks else {}
+    return {k: rec.get(k, NOT_APPLICABLE) for k in ("chip", "precision_mode", "deterministic")}
+
+
 def job_summary_md(cfg, result) -> str:
-    """How many ranks finished, the wall time, the run directory."""
+    """How many ranks finished, the wall time, the run directory; on a card, its chip and settings."""
+    card = card_of(result)
+    on_card = (f" On {cfg.device_target} (chip `{card['chip']}`): precision mode `{card['precision_mode']}`, "
+               f"deterministic `{card['deterministic']}`." if cfg.device_target != "CPU" else "")
     return (f"Finished: **{len(result.ranks)} of {cfg.world_size} ranks** wrote a summary, wall time "
-            f"**{result.wall_s:.1f} s** (run directory `{result.run_dir}`).")
+            f"**{result.wall_s:.1f} s** (run directory `{result.run_dir}`).{on_card}")
 
 
 def loss_scale_md(cfg, result) -> str:
@@ -119,9 +132,12 @@ def show_rank_checksums(result) -> None:
 
 
 # ---------------------------------------------------------------- 4. two nodes x 4 workers
-def two_node_skip_reason(run_multinode: bool) -> str:
-    """Why the 2-node demo does not run here ("" when it runs)."""
-    return (netns_unavailable() or "") if run_multinode else "run_multinode=False"
+def two_node_skip_reason(run_multinode: bool, cfg, **checks) -> str:
+    """Why the 2-node demo does not run here for ``cfg`` ("" when it runs); ``checks``: ``which``/``run`` for the
+    Ascend device-network check (``helpers.job.multinode.two_node_unavailable``)."""
+    if not run_multinode:
+        return "run_multinode=False"
+    return two_node_unavailable(cfg.device_target, range(cfg.world_size), **checks) or ""
 
 
 def two_node_rows(result, multi, cmp: dict) -> list[tuple]:
@@ -188,6 +204,8 @@ def recorded_values(preset: str, rehearse: bool, cfg, result, *, conv_times: dic
         conv_impl=cfg.conv_impl,
         conv_seconds_per_step=conv_times,
         device_target=cfg.device_target,
+        card=card_of(result),                          # chip, precision mode, deterministic (n/a on CPU)
+        rehearsed_target=cfg.rehearsed_target,         # the card a rehearsal stands for (None outside one)
         rank_num_is_invalid=errata["rank_num_error"] is not None,
         seed_api=errata["seed_api"],
         steps_applied=steps_applied(result),

@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.core.card_settings import card_rows
 from helpers.core.errors import ConfigError
+from helpers.core.rehearsal import CARD_TARGETS   # what a rehearsal on CPU may stand for (rehearsed_target)
 from helpers.core.resnet_layout import ARCHS
 
 DEVICE_TARGETS = ("CPU", "GPU", "Ascend")
+# MindSpore's dataset refuses more workers than CPUs (mindspore/dataset/core/validator_helpers.py)
+DATASET_WORKERS_BOUND = "if value < 1 or value > cpu_count():"
+log = logging.getLogger(__name__)
 TASKS = ("train", "noop", "grad_check")   # grad_check: helpers.train.accumulation_check.run_task (chapter 02)
 SAMPLERS = ("distributed_shuffle", "distributed", "contiguous", "stratified")
 LOSS_SCALES = ("fixed", "dynamic")
@@ -92,9 +99,13 @@ class JobConfig:
     num_classes: int | None = None            # classifier size; None: the class folders; more pads with image-less classes
     init_checkpoint: str | None = None        # dir of rank_<r>/*.ckpt to start from (helpers.train.hybrid_classifier.load_rank_checkpoint)
     rehearsal: bool = False                   # a gpu8 preset scaled down to run on CPU (helpers.core.rehearsal)
+    rehearsed_target: str | None = None       # a rehearsal: the card it stands for ("GPU"/"Ascend"); it runs on CPU
+    adjusted: dict = field(default_factory=dict)   # field -> why job_config lowered the preset's value on this machine
     # runtime
     threads_per_rank: int = 1
     bind_cores: bool = False                  # CPU, more ranks than cores: pin local rank r to core r % cores
+    keep_fp32: bool = True                    # cards: float32 ops run in float32 (Ascend precision_mode, GPU TF32)
+    deterministic: bool = False               # cards: set_deterministic before init() (helpers.train.card_runtime)
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
     timeout_s: float = 900.0
     stall_s: float = 60.0                     # a rank with no new step for max(this, 10 x median step) is hung (helpers.job.stall)
@@ -200,7 +211,7 @@ def _check_types(c: JobConfig, bad: _Problems) -> None:
         v = getattr(c, f)
         if not (_is_number(v) and math.isfinite(v) and v > 0):
             bad(f, "must be positive and finite: a number of seconds (not NaN, inf or a bool)")
-    for f in ("grad_reduce", "cell_comm_fusion"):
+    for f in ("grad_reduce", "cell_comm_fusion", "keep_fp32", "deterministic"):
         if not isinstance(getattr(c, f), bool):
             bad(f, "must be a boolean")
 
@@ -293,6 +304,10 @@ def _check_placement(c: JobConfig, bad: _Problems) -> None:
         bad("stall_s", f"must be positive and at most compile_stall_s={c.compile_stall_s}")
     if bad.ok("fail_rank", "world_size") and c.fail_rank is not None and not 0 <= c.fail_rank < c.world_size:
         bad("fail_rank", "must be a rank of the job")
+    if c.rehearsed_target is not None and not (c.rehearsal and c.rehearsed_target in CARD_TARGETS):
+        bad("rehearsed_target", f"must be None, or with rehearsal=True the card it stands for, one of {CARD_TARGETS}")
+    if not (isinstance(c.adjusted, dict) and all(isinstance(v, str) for v in c.adjusted.values())):
+        bad("adjusted", "must be a dict of field name -> why the preset's value was lowered")
 
 
 def comm_fusion_problem(value) -> str | None:
@@ -355,17 +370,39 @@ def job_config(preset: str = "cpu", rehearse: bool = False, **overrides) -> JobC
     if preset not in PRESETS:
         raise ConfigError(f"preset: must be one of {sorted(PRESETS)} (got {preset!r})")
     values = dict(PRESETS[preset])
-    if rehearse:
-        from helpers.core.rehearsal import rehearsal_overrides
+    if rehearse:            # device_target then names the card the rehearsal stands for; the job runs on CPU
+        from helpers.core.rehearsal import rehearsal_overrides, rehearsal_target
 
-        values.update(rehearsal_overrides(preset))
+        card = rehearsal_target(overrides.pop("device_target", None) or values["device_target"])
+        values.update(rehearsal_overrides(preset), rehearsed_target=card)
     known = {f.name for f in dataclasses.fields(JobConfig)}
     for key, value in overrides.items():
         if key not in known:
             raise ConfigError(f"{key}: not a job config field (known: {sorted(known)})")
         if value is not None:
             values[key] = value
+    _fit_dataset_workers(values, explicit=overrides.get("dataset_workers") is not None)
     return JobConfig(**values).validate()
+
+
+def dataset_workers_problem(workers) -> str | None:
+    """Why MindSpore here refuses ``workers`` dataset workers (more than os.cpu_count(), DATASET_WORKERS_BOUND)."""
+    limit = os.cpu_count() or 1
+    return (f"dataset_workers: at most {limit}, this machine's CPU count (MindSpore's dataset refuses more "
+            f"num_parallel_workers) (got {workers})") if _is_int(workers) and workers > limit else None
+
+
+def _fit_dataset_workers(values: dict, explicit: bool) -> None:
+    """An explicit ``dataset_workers`` MindSpore would refuse here is a ConfigError; a preset's is lowered to the
+    CPU count, noted in ``adjusted`` (the config table shows it) and in the log."""
+    problem, limit = dataset_workers_problem(values.get("dataset_workers")), os.cpu_count() or 1
+    if problem and explicit:
+        raise ConfigError(problem)
+    if problem:
+        why = (f"the preset's {values['dataset_workers']} lowered to this machine's {limit} CPUs (MindSpore's "
+               "dataset refuses more workers than CPUs)")
+        values.update(dataset_workers=limit, adjusted={**values.get("adjusted", {}), "dataset_workers": why})
+        log.warning("dataset_workers: %s", why)
 
 
 def config_table(cfg: JobConfig, fields=("name", "device_target", "world_size", "arch", "width", "stem",
@@ -373,7 +410,8 @@ def config_table(cfg: JobConfig, fields=("name", "device_target", "world_size", 
     """Rows (field, value) of the settings a reader wants to see before a job runs."""
     rows = [(f, getattr(cfg, f)) for f in fields]
     rows.insert(fields.index("global_batch") + 1, ("batch_per_rank", cfg.batch_per_rank))
+    rows += [(f, f"{getattr(cfg, f)} ({why})") for f, why in cfg.adjusted.items()] + card_rows(cfg)
     if cfg.rehearsal:
-        rows.append(("path", "gpu8 rehearsed on CPU: each card-only part swapped for its CPU stand-in "
-                             "(helpers.core.rehearsal.STAND_INS)"))
+        rows.append(("path", f"gpu8 for {cfg.rehearsed_target or 'the cards'} rehearsed on CPU: each card-only part "
+                             "swapped for its CPU stand-in (helpers.core.rehearsal.STAND_INS)"))
     return rows

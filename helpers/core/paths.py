@@ -1,10 +1,11 @@
-"""Where the course keeps its runs, data and results.
+"""Where the course's code is, and where it keeps its runs, data and results: two different places.
 
-Everything is anchored at the course home, so a notebook run by papermill from any working directory writes
-to the same places as one opened in JupyterLab. The course home is ``$COURSE_HOME`` when set, else the
-course checkout the working directory is in (so a second clone that shares the first clone's virtualenv
-keeps its runs, caches and results in its own ``runs/``), else the checkout holding this package, else the
-working directory.
+The code and the chapter notebooks are in the checkout whose ``helpers`` package runs (``code_root``,
+``notebooks_dir``), whatever ``$COURSE_HOME`` says. What a run writes is anchored at the course home, so a
+notebook run by papermill from any working directory writes to the same places as one opened in JupyterLab.
+The course home is ``$COURSE_HOME`` when set (runs, data and results on another disk), else the course
+checkout the working directory is in (so a second clone that shares the first clone's virtualenv keeps its
+runs, caches and results in its own ``runs/``), else the checkout holding this package, else the working directory.
 """
 
 from __future__ import annotations
@@ -49,6 +50,11 @@ def code_root() -> Path:
     import helpers
 
     return Path(helpers.__path__[0]).resolve().parent
+
+
+def notebooks_dir() -> Path:
+    """The folder of the chapter notebooks: in the code's checkout, never under ``$COURSE_HOME``."""
+    return code_root() / "notebooks"
 
 
 def course_home() -> Path:

@@ -1,9 +1,11 @@
-"""Before launch: the files a job config names (strategy file, init checkpoint) exist and fit its model."""
+"""Before launch: the files a job config names (strategy file, init checkpoint) exist and fit its model, and this
+machine can run its data pipeline (dataset workers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from helpers.core.config import dataset_workers_problem
 from helpers.core.errors import ConfigError, DataError
 from helpers.core.paths import resolve
 from helpers.core.resnet_layout import ARCHS, EXPANSION, stage_widths
@@ -168,8 +170,12 @@ def check_job_inputs(cfg) -> None:
     """Raise one ``ConfigError`` listing every problem with the files ``cfg`` names: a missing path, a strategy
     file ``helpers.train.strategy_file`` cannot read or written for another model or world size, an ``init_checkpoint``
     without a checkpoint per rank or cut for another model or layout. Relative paths are taken from the
-    course home (``helpers.core.paths.resolve``). Builds no model; reads checkpoints with MindSpore."""
+    course home (``helpers.core.paths.resolve``). Builds no model; reads checkpoints with MindSpore. Also refuses
+    more ``dataset_workers`` than MindSpore's dataset takes here (``helpers.core.config.dataset_workers_problem``)."""
     cfg = cfg.validate()
+    workers = dataset_workers_problem(cfg.dataset_workers)
+    if workers:
+        raise ConfigError(workers)
     if not (cfg.strategy_file or cfg.init_checkpoint):
         return
     problems: list[str] = []

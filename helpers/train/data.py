@@ -11,8 +11,9 @@ from pathlib import Path
 
 
 from helpers.core.errors import DataError
-from helpers.train.image_folder import IMAGE_EXTENSIONS, FolderIndex, scan_split
 from helpers.core.paths import resolve
+from helpers.core.rehearsal import FAKE_IMAGENET_DIR
+from helpers.train.image_folder import IMAGE_EXTENSIONS, FolderIndex, scan_split
 
 STANDIN_DIR = "data/digits"
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
@@ -28,16 +29,25 @@ def ensure_standin(data_dir: str | Path = STANDIN_DIR, size: int = 32) -> Path:
     return path
 
 
+def ensure_fake_imagenet(data_dir: str | Path = FAKE_IMAGENET_DIR) -> Path:
+    """Write the rehearsal's generated ImageNet-layout tree if missing, with its flat val/ sorted into class folders
+    by the same one-command fix a user runs on real ImageNet (``data_prep.imagenet_val``). The sorting happens
+    before the tree is renamed into place, so two course runs starting at once never see (or move files in)
+    a half-sorted val/."""
+    from data_prep.fake_imagenet import write_fake_imagenet
+
+    root = resolve(data_dir)
+    write_fake_imagenet(root, sort_val=True)
+    return root
+
+
 def prepare_data(cfg) -> FolderIndex:
     """Before launch: make the stand-in when the config points at it, then index and check the train split
     (and val/ when ``cfg.evaluate``): layout, class lists, and every image's bytes (``check_images``)."""
     if Path(cfg.data_dir) == Path(STANDIN_DIR) or resolve(cfg.data_dir) == resolve(STANDIN_DIR):
         ensure_standin(cfg.data_dir)
-    elif getattr(cfg, "rehearsal", False):
-        from helpers.core.rehearsal import FAKE_IMAGENET_DIR, ensure_fake_imagenet
-
-        if resolve(cfg.data_dir) == resolve(FAKE_IMAGENET_DIR):
-            ensure_fake_imagenet(cfg.data_dir)
+    elif getattr(cfg, "rehearsal", False) and resolve(cfg.data_dir) == resolve(FAKE_IMAGENET_DIR):
+        ensure_fake_imagenet(cfg.data_dir)
     index = scan_split(cfg.data_dir, "train")
     splits = ("train", "val") if cfg.evaluate else ("train",)
     if cfg.evaluate:

@@ -108,8 +108,10 @@ def plain_train_step(net, lr: float = 0.01):
 
 def cpu_loss_scale_cell():
     """``nn.TrainOneStepWithLossScaleCell`` whose overflow check runs on CPU: ``ops.isfinite`` on every gradient
-    (summed over ranks), where the stock cell uses GPU/Ascend status kernels (``FloatStatus``/``NPUGetFloatStatusV2``)
-    that have no CPU kernel. Everything else (scaling, the dynamic scale update, skipping a step) is the stock cell."""
+    (summed over ranks), as the stock cell's Ascend ``IsFinite`` path does; on the cards it runs ``FloatStatus`` per
+    gradient (GPU), ``AllFinite`` (Ascend 910B by default) or ``NPUClearFloatStatusV2``/``NPUGetFloatStatusV2``
+    (910A), none of them a CPU kernel (``helpers.core.rehearsal.OVERFLOW_CHECKS``). Everything else (scaling, the
+    dynamic scale update, skipping a step) is the stock cell."""
     from mindspore import nn, ops
     from mindspore.common import dtype as mstype
 

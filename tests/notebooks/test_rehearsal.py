@@ -13,7 +13,7 @@ NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 @pytest.fixture(scope="module")
 def fake_imagenet():
-    from helpers.core.rehearsal import ensure_fake_imagenet
+    from helpers.train.data import ensure_fake_imagenet
 
     return ensure_fake_imagenet()
 

@@ -2,15 +2,18 @@
 first job's summary and checksum rows from (fake) job records, the 2-node comparison, the errata and the recorded
 values the claims read."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
+import nbformat
 import pytest
 
 from helpers.chapters import environment_setup as chapter
-from helpers.conclusions.ch00 import chapter00_claims
+from helpers.conclusions.ch00 import TWO_NODE_INTRO, chapter00_claims
 from helpers.core.config import job_config
 from helpers.job.launch import JobResult
 from helpers.job.machine_checks import Check
+from helpers.job import multinode
 from helpers.job.multinode import netns_unavailable
 from tests.unit.chapter_cases import capture_shown
 
@@ -94,9 +97,45 @@ def test_checksum_rows_and_distinct_first_batches(tmp_path, ci):
     assert chapter.checksum_rows(result) == [(0, "2.0000", "ab" * 8, "12.500000"), (1, "2.1000", "ab" * 8, "12.500000")]
 
 
-def test_two_node_demo_skip_reason():
-    assert chapter.two_node_skip_reason(False) == "run_multinode=False"
-    assert chapter.two_node_skip_reason(True) == (netns_unavailable() or "")
+def test_two_node_demo_skip_reason(ci, monkeypatch):
+    assert chapter.two_node_skip_reason(False, ci) == "run_multinode=False"
+    assert chapter.two_node_skip_reason(True, ci) == (netns_unavailable() or "")
+    monkeypatch.setattr(multinode, "netns_unavailable", lambda: None)
+    no_tool = dict(which=lambda name, path=None: None)
+    assert chapter.two_node_skip_reason(True, ci.replace(device_target="GPU"), **no_tool) == ""
+    reason = chapter.two_node_skip_reason(True, ci.replace(device_target="Ascend"), **no_tool)
+    assert "hccn_tool" in reason, "on Ascend the demo needs the NPUs' device network"
+
+
+def test_job_summary_names_the_card_and_its_settings(tmp_path, ci):
+    result = fake_result(tmp_path, ci, [[2.0, 1.9, 1.8], [2.1, 2.0, 1.9]])
+    assert "chip" not in chapter.job_summary_md(ci, result)
+    for rec in result.summaries.values():
+        rec.update(chip="ascend910", precision_mode="must_keep_origin_dtype", deterministic=True)
+    text = chapter.job_summary_md(ci.replace(device_target="Ascend"), result)
+    assert "On Ascend (chip `ascend910`): precision mode `must_keep_origin_dtype`, deterministic `True`." in text
+    assert chapter.card_of(result) == {"chip": "ascend910", "precision_mode": "must_keep_origin_dtype",
+                                       "deterministic": True}
+
+
+NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "00_environment_setup.ipynb"
+
+
+def test_the_introduction_promises_what_the_chapter_measures():
+    """33.4: the intro said the 2-node checksum 'need not be' the single-node one; it now quotes what
+    two_node_comparison measures and the claims judge (TWO_NODE_INTRO)."""
+    cells = nbformat.read(NOTEBOOK, as_version=4).cells
+    prose = "\n".join(c.source for c in cells if c.cell_type == "markdown")
+    assert f"- {TWO_NODE_INTRO};" in cells[0].source
+    assert "need not be" not in prose
+    assert "loss" in TWO_NODE_INTRO and "checksum" in TWO_NODE_INTRO
+
+
+def test_the_identity_jobs_ask_for_deterministic_kernels_and_the_card_aware_skip():
+    code = "\n".join(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+    assert "deterministic=True" in code and "two_node_skip_reason(run_multinode, cfg)" in code
+    prose = "\n".join(c.source for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "markdown")
+    assert "not measured here" in prose and "hostname" in prose
 
 
 def test_two_node_comparison_shows_nodes_steps_and_checksums(tmp_path, ci, shown):
@@ -131,6 +170,7 @@ def test_recorded_values_feed_the_claims(tmp_path, ci):
     assert values["world_size"] == values["ranks_finished"] == 2 and values["steps_applied"] == 3
     assert values["weights_identical"] and values["distinct_first_batches"] == 2
     assert values["multinode_world_size"] == 0 and values["rank_num_is_invalid"]
+    assert values["card"] == {"chip": "n/a", "precision_mode": "n/a", "deterministic": "n/a"}
     claims = {c.id: c for c in chapter00_claims(values)}
     assert all(claims[k].holds for k in ("ranks_finished", "weights_identical", "conv_impl", "rank_num_invalid",
                                          "parameter_broadcast", "device_id"))

@@ -216,3 +216,52 @@ def test_comm_fusion_verdict_agrees_with_mindspore(value):
     finally:
         ms.reset_auto_parallel_context()
     assert (comm_fusion_problem(value) is None) == mindspore_ok
+
+
+# --------------------------------------------------------------- issue 34.1: a rehearsal knows the card it stands for
+
+def test_a_rehearsal_runs_on_cpu_and_records_the_card_it_stands_for(tmp_path):
+    ascend = job_config("gpu8", rehearse=True, device_target="Ascend")
+    assert (ascend.device_target, ascend.rehearsed_target, ascend.rehearsal) == ("CPU", "Ascend", True)
+    assert "gpu8 for Ascend rehearsed on CPU" in dict(config_table(ascend))["path"]
+    assert job_config("gpu8", rehearse=True).rehearsed_target == "GPU"          # the preset's own target
+    assert job_config("gpu8", rehearse=True, device_target="GPU").rehearsed_target == "GPU"
+    assert JobConfig.load(ascend.save(tmp_path / "c.json")) == ascend
+    with pytest.raises(ConfigError, match=r"device_target: with rehearse=True .* \(got 'CPU'\)"):
+        job_config("gpu8", rehearse=True, device_target="CPU")
+    assert job_config("gpu8", device_target="Ascend").device_target == "Ascend"     # no rehearsal: the real target
+    assert job_config("gpu8", device_target="Ascend").rehearsed_target is None
+
+
+def test_only_a_rehearsal_stands_for_a_card():
+    with pytest.raises(ConfigError, match="rehearsed_target"):
+        dataclasses.replace(job_config("ci"), rehearsed_target="Ascend").validate()
+    with pytest.raises(ConfigError, match="rehearsed_target"):
+        dataclasses.replace(job_config("gpu8", rehearse=True), rehearsed_target="CPU").validate()
+
+
+# --------------------------------------------------------------- issue 28.10: dataset workers fit this machine's CPUs
+
+@pytest.fixture
+def two_cpus(monkeypatch):
+    import helpers.core.config as config
+
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 2)
+
+
+def test_the_presets_dataset_workers_are_lowered_to_the_cpu_count_and_shown(two_cpus, caplog):
+    with caplog.at_level("WARNING", logger="helpers.core.config"):
+        cfg = job_config("gpu8", device_target="CPU", world_size=2, global_batch=4, steps=2)
+    assert PRESETS["gpu8"]["dataset_workers"] == 8 and cfg.dataset_workers == 2
+    assert "the preset's 8 lowered to this machine's 2 CPUs" in cfg.adjusted["dataset_workers"]
+    assert dict(config_table(cfg))["dataset_workers"].startswith("2 (the preset's 8 lowered")
+    assert any("dataset_workers" in r.getMessage() for r in caplog.records)
+    assert job_config("ci").adjusted == {}                                       # 1 worker: nothing to lower
+
+
+def test_an_explicit_dataset_workers_above_the_cpu_count_is_refused(two_cpus):
+    with pytest.raises(ConfigError, match=r"dataset_workers: at most 2, this machine's CPU count .*\(got 3\)"):
+        job_config("ci", dataset_workers=3)
+    with pytest.raises(ConfigError, match="dataset_workers: at most 2"):
+        job_config("gpu8", dataset_workers=8)
+    assert job_config("ci", dataset_workers=2).dataset_workers == 2

@@ -17,3 +17,12 @@ def test_index_links_every_handout_with_its_results_and_failures(tmp_path):
     assert "preset <code>ci</code>" in page and "total 103 s" in page
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["stem"] for r in summary] == ["00_environment_setup", "01_load_imbalance"]
+
+
+def test_index_names_the_options_and_summary_keeps_each_chapters_parameters(tmp_path):
+    params = {"preset": "gpu8", "rehearse": True, "device_target": "Ascend"}
+    runs = [ChapterRun("00_environment_setup", True, 5.0, "", "", {}, "", params)]
+    page = write_index(runs, tmp_path, "gpu8", {"device_target": "Ascend", "rehearse": True}).read_text(encoding="utf-8")
+    assert "options: device_target=Ascend, rehearse=True; rehearsed on CPU, standing for Ascend" in page
+    assert json.loads((tmp_path / "summary.json").read_text())[0]["parameters"] == params
+    assert "options: the preset&#x27;s" in write_index(runs, tmp_path, "ci").read_text(encoding="utf-8")

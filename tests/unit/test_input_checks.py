@@ -181,3 +181,13 @@ def test_a_strategy_file_without_batchnorm_statistics_passes(cfg, tmp_path):
     assert check_job_inputs(cfg.replace(strategy_file=str(path))) is None
     partial = write_strategy(tmp_path / "no_layer4.json", {n: s for n, s in trainable.items() if "layer4" not in n}, "4x2")
     assert "15 parameters of this job's model are not in the file" in problems_of(cfg.replace(strategy_file=str(partial)))
+
+
+def test_more_dataset_workers_than_cpus_are_refused_before_launch(cfg, monkeypatch):
+    """A config changed after job_config (``replace``) still meets MindSpore's bound before msrun starts."""
+    import helpers.core.config as config
+
+    monkeypatch.setattr(config.os, "cpu_count", lambda: 2)
+    check_job_inputs(dataclasses.replace(cfg, dataset_workers=2))
+    with pytest.raises(ConfigError, match=r"dataset_workers: at most 2.*\(got 3\)"):
+        check_job_inputs(dataclasses.replace(cfg, dataset_workers=3))

@@ -93,6 +93,19 @@ def package_parent(module: str) -> str:
     return module.rsplit(".", 1)[0]
 
 
+def test_core_never_imports_data_prep():
+    """core is the bottom floor: writing data trees (data_prep) is train's job (helpers.train.data)."""
+    wrong = []
+    for mod, path in helpers_modules().items():
+        if package_of(mod) != "core":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            wrong += [f"{mod} imports {n}" for n in names if n.split(".")[0] == "data_prep"]
+    assert not wrong, "\n".join(wrong)
+
+
 def test_helpers_never_import_benchmarks_or_solutions():
     for mod, path in helpers_modules().items():
         tree = ast.parse(path.read_text())

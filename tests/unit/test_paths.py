@@ -169,7 +169,7 @@ def test_a_half_written_stand_in_is_rebuilt(tmp_path):
 
 
 def test_the_rehearsal_tree_is_published_with_val_already_sorted(tmp_path, monkeypatch):
-    from helpers.core.rehearsal import ensure_fake_imagenet
+    from helpers.train.data import ensure_fake_imagenet
 
     monkeypatch.setenv("COURSE_HOME", str(tmp_path))
     root = ensure_fake_imagenet("data/fake")
@@ -177,3 +177,11 @@ def test_the_rehearsal_tree_is_published_with_val_already_sorted(tmp_path, monke
     assert not [p for p in (root / "val").iterdir() if p.is_file()], "val/ is still flat"
     assert len(list((root / "val").rglob("*.JPEG"))) == 8
     assert ensure_fake_imagenet("data/fake") == root            # complete: left alone
+
+
+def test_the_notebooks_are_the_code_checkouts_whatever_course_home_says(tmp_path, monkeypatch):
+    """COURSE_HOME moves runs, data and results (the disk-space error's advice); the code stays where it is."""
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path / "course-runs"))
+    assert paths.course_home() == (tmp_path / "course-runs").resolve()
+    assert paths.notebooks_dir() == REPO / "notebooks"
+    assert paths.code_root() == REPO
