@@ -1,4 +1,4 @@
-"""Watches a running job's records, exit files and heartbeats, and decides whether it failed, how and on which rank."""
+"""Watches a running job's records, exit files, heartbeats and rank CPU time: whether it failed, how, on which rank."""
 
 from __future__ import annotations
 
@@ -11,12 +11,15 @@ import psutil
 
 from helpers.train.heartbeat import read_beat
 from helpers.core.metrics import MetricsTail
-from helpers.job.stall import RankProgress, frozen_before, stalled_ranks, stuck_ranks
+from helpers.job.stall import (CpuActivity, RankProgress, frozen_before, quiet_before_first_step, stalled_ranks,
+                               stopped_ranks, stuck_ranks)
 from helpers.core.errors import failure_kind
 
 PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "summary")
 VANISH_GRACE_S = 2.0    # a worker gone without an exit file or summary: wait this long for its records
 SETTLE_S = 1.0          # after the first sign of failure, wait this long for the other ranks' records
+RANK_GUARD = "helpers.job.rank_guard"    # the module msrun runs on every rank (python -m ...), the worker's parent
+CHILDREN_EVERY_S = 5.0  # how often a rank's child processes are listed again (their CPU counts as the rank's)
 
 
 @dataclass
@@ -43,7 +46,9 @@ def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
 
 
 def worker_pids(procs) -> dict[int, int]:
-    """rank -> pid of each rank's worker: the child of its rank guard (found by RANK_ID / MS_ROLE), whatever it runs."""
+    """rank -> pid of each rank's worker: the child of its rank guard (found by RANK_ID / MS_ROLE), whatever it runs.
+
+    msrun's other children carry the same variables: the guards, and a ``tail -f`` of each worker log."""
     out = {}
     for p in procs:
         try:
@@ -53,12 +58,20 @@ def worker_pids(procs) -> dict[int, int]:
         for c in children:
             try:
                 env, parent = c.environ(), c.parent()
-                guarded = parent is not None and "helpers.job.rank_guard" in " ".join(parent.cmdline())
+                guarded = parent is not None and runs_module(parent.cmdline(), RANK_GUARD)
             except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
             if env.get("MS_ROLE") == "MS_WORKER" and "RANK_ID" in env and guarded:
                 out.setdefault(int(env["RANK_ID"]), c.pid)
     return out
+
+
+def runs_module(cmdline: list[str], module: str) -> bool:
+    """True when ``cmdline`` is ``python [-options] -m module ...`` (msrun's own command line only names it)."""
+    args = cmdline[1:]
+    while args and args[0].startswith("-") and args[0] != "-m":
+        args = args[1:]
+    return args[:2] == ["-m", module]
 
 
 def alive(pid: int) -> bool:
@@ -82,6 +95,39 @@ def exit_text(rec: dict) -> tuple[str, str]:
     return "crash", f"exited with code {rec['returncode']} without a failure record"
 
 
+class CpuMeter:
+    """Each rank's CPU seconds so far (its worker process and that process's children, e.g. compile or data workers)
+    and whether the worker is stopped by a signal, read with psutil from the launcher (no help from the rank)."""
+
+    def __init__(self):
+        self._procs: dict[int, psutil.Process] = {}
+        self._kids: dict[int, tuple[float, list]] = {}
+        self._cpu: dict[int, dict[int, float]] = {}       # rank -> pid -> the most CPU seconds seen for that pid
+
+    def read(self, rank: int, pid: int, now: float) -> tuple[float, bool] | None:
+        """(CPU seconds, stopped) of ``rank``'s worker ``pid``; None once the process is gone."""
+        try:
+            proc = self._procs.get(rank)
+            if proc is None or proc.pid != pid:
+                proc = self._procs[rank] = psutil.Process(pid)
+            with proc.oneshot():
+                stopped = proc.status() == psutil.STATUS_STOPPED
+                seen = self._cpu.setdefault(rank, {})
+                seen[pid] = max(seen.get(pid, 0.0), sum(proc.cpu_times()[:2]))
+            listed, kids = self._kids.get(rank, (-1e18, []))
+            if now - listed >= CHILDREN_EVERY_S:
+                kids = proc.children(recursive=True)
+                self._kids[rank] = (now, kids)
+        except psutil.Error:
+            return None
+        for kid in kids:
+            try:
+                seen[kid.pid] = max(seen.get(kid.pid, 0.0), sum(kid.cpu_times()[:2]))
+            except psutil.Error:
+                pass
+        return sum(seen.values()), stopped
+
+
 class JobWatch:
     """Polls a running job (``poll()``) and returns a ``Verdict`` once it has failed (``verdict()``)."""
 
@@ -97,6 +143,7 @@ class JobWatch:
         self.pids: dict[int, int] = {}
         self.vanished: dict[int, float] = {}
         self.first_sign: float | None = None
+        self.cpu, self.activity = CpuMeter(), CpuActivity()
 
     @property
     def started(self) -> bool:
@@ -124,10 +171,13 @@ class JobWatch:
                     pass
         if len(self.pids) < self.cfg.local_workers:
             self.pids.update(worker_pids(self.procs))
-        now = time.monotonic()
+        now, wall = time.monotonic(), time.time()
         for r, pid in self.pids.items():
             if r not in self.summaries and r not in self.failures and not alive(pid):
                 self.vanished.setdefault(r, now)
+            reading = self.cpu.read(r, pid, wall)
+            if reading:
+                self.activity.observe(r, wall, *reading)
 
     def rank_exits(self) -> dict[int, dict]:
         """Bad exits of ranks that had not finished (a rank dying in MindSpore's teardown after its summary
@@ -151,17 +201,32 @@ class JobWatch:
         return self._blame()
 
     def stall(self) -> Verdict | None:
-        """A hang: ranks that made no progress for longer than their limit (``helpers.job.stall``)."""
+        """A hang (``helpers.job.stall``): ranks without progress for longer than their limit, a rank process
+        stopped by a signal, or, before the first step, every rank still there idle (no CPU, no record)."""
         now = time.time()
-        stalled = stalled_ranks(self.cfg.stall_s, self.cfg.compile_stall_s, self.progress, self.step_times, now)
+        idle = self.activity.idle_since(self.progress)
+        stopped = [r for r in stopped_ranks(self.activity.stopped_since, now) if self.progress[r].event != "summary"]
+        stalled = sorted(set(stalled_ranks(self.cfg.stall_s, self.cfg.compile_stall_s, self.progress,
+                                           self.step_times, now))
+                         | set(quiet_before_first_step(self.progress, idle, now)) | set(stopped))
         if not stalled:
             return None
         beats = {r: read_beat(self.run_dir, r) for r in self.progress}
-        stuck, why = stuck_ranks(stalled, self.progress, beats, now)
-        lines = [f"rank {r}: no progress for {now - self.progress[r].time:.0f} s, {self.progress[r].describe()}, "
-                 f"now at {(beats.get(r) or {}).get('ours') or 'an unknown place (no heartbeat)'}" for r in stuck]
+        stuck, why = stuck_ranks(stalled, self.progress, beats, now, idle, stopped)
+        lines = [self._stuck_line(r, beats.get(r) or {}, idle, now) for r in stuck]
         rank = stuck[0] if len(stuck) < len(self.progress) else None
         return Verdict("hang", rank, f"ranks {stuck} stopped making progress ({why}):\n  " + "\n  ".join(lines))
+
+    def _stuck_line(self, r: int, beat: dict, idle: dict[int, float], now: float) -> str:
+        """One stuck rank: how long without a record, its CPU (or stopped process), where its main thread is."""
+        cpu = (f"its process stopped {now - self.activity.stopped_since[r]:.0f} s ago"
+               if r in self.activity.stopped_since else
+               f"CPU idle for {now - idle[r]:.0f} s" if r in idle else "CPU not observed")
+        place = beat.get("ours") or "an unknown place (no heartbeat)"
+        if beat.get("inner") and beat.get("inner") != beat.get("ours"):
+            place += f" (innermost: {beat['inner']})"
+        return f"rank {r}: no progress for {now - self.progress[r].time:.0f} s, {self.progress[r].describe()}, " \
+               f"{cpu}, now at {place}"
 
     def _blame(self) -> Verdict:
         events = {}
@@ -173,6 +238,10 @@ class JobWatch:
         first = min(events, key=events.get) if events else None
         if first in self.failures and self.failures[first]["time"] <= events[first]:
             return Verdict(self.failures[first]["kind"], first, self.failures[first]["error"])   # a Python error came first
+        held = sorted(r for r, t in self.activity.stopped_since.items() if t <= first_time)
+        if held:
+            return Verdict("hang", held[0], f"ranks {held} stopped making progress (their process was stopped by a "
+                           "signal before the job failed; msrun's own heartbeat then ended the job)")
         beats = {r: read_beat(self.run_dir, r) for r in self.progress}
         stopped = frozen_before(self.progress, beats, first_time)
         if stopped:

@@ -1,9 +1,21 @@
-"""Figures shared by the chapters (matplotlib; each function returns its Figure)."""
+"""Figures shared by the chapters (matplotlib; each function returns its Figure), and every figure's description.
+
+Importing this module (``helpers.output.records`` does, and every chapter imports that first) makes each figure a
+notebook shows carry a one-line description of what it shows (``describe``; ``set_description`` overrides it): the
+alt text of the figure in JupyterLab and in the chapter's HTML handout.
+"""
 
 from __future__ import annotations
 
+import base64
+import io
+
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.container import BarContainer
+
+DESCRIPTION_ATTR = "_course_description"   # where set_description() keeps an explicit description on the figure
+MAX_NAMES = 8                              # legend or category names listed per panel before "... (N in all)"
 
 
 def loss_per_rank(result, title: str = "loss per rank", ax=None):
@@ -60,3 +72,134 @@ def strategy_bars(values: dict[str, dict], titles: dict[str, str]):
         ax.set_title(title, fontsize=9)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------- descriptions (alt text)
+def set_description(fig, text: str):
+    """Give ``fig`` an explicit one-line description, used instead of the one built from the figure; returns ``fig``."""
+    setattr(fig, DESCRIPTION_ATTR, " ".join(str(text).split()))
+    return fig
+
+
+def _names(names) -> str:
+    names = [n for n in names if n and not n.startswith("_")]
+    return ", ".join(names[:MAX_NAMES]) + (f", ... ({len(names)} in all)" if len(names) > MAX_NAMES else "")
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def _marks(ax) -> str:
+    """What one axes draws (lines, bars, heatmaps, shaded spans, points) and the names its legend or ticks give."""
+    kinds = []
+    lines = [ln for ln in ax.get_lines() if ln.get_visible()]
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    if lines:
+        kinds.append(_plural(len(lines), "line"))
+    if bars:
+        kinds.append(_plural(sum(len(c) for c in bars), "bar"))
+    for im in ax.get_images():
+        bar = getattr(im, "colorbar", None)
+        label = (bar.ax.get_ylabel() or bar.ax.get_xlabel()) if bar else ""
+        kinds.append("a heatmap" + (f" (colour: {label})" if label else ""))
+    shapes = [c for c in ax.collections if c.get_visible() and getattr(c, "colorbar", None) is None]
+    if shapes:
+        kinds.append("points" if all(type(c).__name__ == "PathCollection" for c in shapes) else "shaded spans")
+    legend = ax.get_legend()
+    named = _names(t.get_text() for t in legend.get_texts()) if legend else ""
+    if not named and bars:                       # categories: the tick labels along the bars' base, unless numbers
+        horizontal = all(getattr(c, "orientation", "vertical") == "horizontal" for c in bars)
+        ticks = [t.get_text() for t in (ax.get_yticklabels() if horizontal else ax.get_xticklabels())]
+        named = _names(ticks) if any(t and not t.lstrip("-−").replace(".", "").isdigit() for t in ticks) else ""
+    if not named and shapes and ax.texts:        # points labelled in place (annotate)
+        named = _names(t.get_text() for t in ax.texts)
+    return " and ".join(kinds) + (f" ({named})" if named else "")
+
+
+def _panel(ax) -> str:
+    """One axes as 'title: y against x, marks'."""
+    title = ax.get_title() or ax.get_title("left") or ax.get_title("right")
+    x, y = ax.get_xlabel(), ax.get_ylabel()
+    axes = f"{y} against {x}" if x and y else (f"{y} (y axis)" if y else f"{x} (x axis)" if x else "")
+    body = ", ".join(p for p in (axes, _marks(ax)) if p)
+    return f"{title}: {body}" if title and body else title or body
+
+
+def describe(fig) -> str:
+    """A one-line description of what ``fig`` shows: its explicit one (``set_description``), else built from its
+    title, each panel's title, axes labels and marks (lines, bars, heatmaps) with their legend names."""
+    explicit = getattr(fig, DESCRIPTION_ATTR, None)
+    if explicit:
+        return explicit
+    bars = {id(im.colorbar.ax) for ax in fig.axes for im in ax.get_images() if getattr(im, "colorbar", None)}
+    panels = [d for d in (_panel(ax) for ax in fig.axes if id(ax) not in bars and ax.get_visible()) if d]
+    title = " ".join(fig.get_suptitle().split())
+    if len(panels) == 1:
+        text = f"{title}. {panels[0]}" if title else panels[0]
+    elif panels:
+        text = (f"{title}. " if title else "") + f"{len(panels)} panels: " + "; ".join(
+            f"({i}) {p}" for i, p in enumerate(panels, 1))
+    else:
+        text = title or "a figure without title, labels or legend"
+    return "Figure: " + " ".join(text.split())
+
+
+def markdown_image(png_base64: str, alt: str) -> str:
+    """``![alt](data:image/png;base64,...)``, the alt text escaped so markdown keeps it verbatim."""
+    text = alt.replace("&", "&amp;").replace("\\", "\\\\")
+    for ch in "[]`*_":
+        text = text.replace(ch, "\\" + ch)
+    text = text.replace("<", "&lt;").replace(">", "&gt;")
+    return f"![{text}](data:image/png;base64,{png_base64})"
+
+
+def _png_base64(fig) -> str | None:
+    """The PNG the notebook shows for ``fig`` (the inline backend's own renderer when one is registered), base64."""
+    if not fig.axes and not fig.lines:          # shown as nothing, like IPython's print_figure (core/pylabtools.py)
+        return None
+    try:
+        from IPython import get_ipython
+
+        data = get_ipython().display_formatter.formatters["image/png"].lookup(fig)(fig)
+    except (ImportError, AttributeError, KeyError):     # no IPython, or no PNG renderer registered for figures
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png", bbox_inches="tight")
+        data = buf.getvalue()
+    data = data[0] if isinstance(data, tuple) else data     # a retina renderer returns (data, size)
+    if data is None:                                         # nothing drawn (a figure without axes)
+        return None
+    return base64.b64encode(data).decode("ascii") if isinstance(data, bytes) else data
+
+
+def figure_bundle(fig):
+    """What IPython shows for a figure besides its PNG: the description as ``text/plain``, a ``text/markdown``
+    image with it as alt text, and it as the PNG's ``alt`` metadata; None for an empty figure.
+
+    nbconvert 7.17's HTML export (template ``lab``) writes an ``image/png`` output without alt (``lab/base.html.j2``,
+    block ``data_png``), then gives every ``<img>`` lacking one "No description has been provided for this image"
+    and warns "Alternative text is missing on N image(s)" (``exporters/html.py``); it prefers ``text/markdown`` to
+    ``image/png`` (``HTMLExporter.default_config``, ``display_data_priority``) and renders a markdown image's text as
+    ``alt``. Only the ``classic`` template reads ``alt`` from the PNG's metadata (``classic/base.html.j2``)."""
+    png = _png_base64(fig)                       # first: drawing the figure fills in its tick labels
+    if png is None:
+        return None
+    alt = describe(fig)
+    return {"text/markdown": markdown_image(png, alt), "text/plain": alt}, {"image/png": {"alt": alt}}
+
+
+def enable_alt_text(shell=None) -> bool:
+    """Make the running IPython (or ``shell``) show every matplotlib figure with its description; False outside."""
+    if shell is None:
+        try:
+            from IPython import get_ipython
+        except ImportError:
+            return False
+        shell = get_ipython()
+    if shell is None:
+        return False
+    shell.display_formatter.mimebundle_formatter.for_type_by_name("matplotlib.figure", "Figure", figure_bundle)
+    return True
+
+
+enable_alt_text()

@@ -1,6 +1,8 @@
 """A chapter's recorded results: one JSON file of plain values, written by the notebook's last cell.
 
-Tests, benchmarks and people comparing runs read these files; every value is computed by the run.
+Tests, benchmarks and people comparing runs read these files; every value is computed by the run. Every chapter
+imports this module first thing, so importing it also gives each figure the chapter shows its description
+(``helpers.output.plots.enable_alt_text``: alt text in the notebook and in its HTML handout).
 """
 
 from __future__ import annotations
@@ -12,6 +14,9 @@ from pathlib import Path
 import numpy as np
 
 from helpers.core.paths import resolve
+from helpers.output.plots import enable_alt_text
+
+enable_alt_text()
 
 
 def _plain(value):

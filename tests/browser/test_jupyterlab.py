@@ -314,7 +314,9 @@ def test_chapter00_runs_in_jupyterlab(chromium, standin, tmp_path):
                 page.wait_for_timeout(1500)
                 bars = page.evaluate(PROGRESS_JS, PROGRESS_SELECTOR)
                 images = page.locator(".jp-OutputArea-output img").count()
-                rendered_images = page.locator(".jp-RenderedImage img").count()
+                # a figure comes with a text/markdown image carrying its description (helpers.output.plots), which
+                # JupyterLab prefers to image/png: it renders as a markdown <img alt=...>
+                rendered_images = page.locator(".jp-RenderedImage img, .jp-RenderedMarkdown img[alt]").count()
                 widget_views = page.locator(".jp-OutputArea .jupyter-widgets").count()
                 headers = page.evaluate("() => [...document.querySelectorAll('.jp-OutputArea .widget-html')]"
                                         ".map(e => e.textContent)")
