@@ -2,13 +2,14 @@
 
     python -m helpers.course run [--preset ci|cpu|gpu8] [--rehearse] [--out runs/course] [--only 00 01]
         [--device-target CPU|GPU|Ascend] [--data-dir DIR] [--world-size N] [--global-batch N] [--arch A] [--steps N]
+        [--launcher local|slurm] [--slurm JSON]
 
 ``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.core.rehearsal``),
-standing for the card ``--device-target`` names. Each other option goes to every notebook that declares it.
-The notebooks are the code checkout's (``helpers.core.paths.notebooks_dir``), whatever ``$COURSE_HOME`` says.
-Under ``<out>/<preset>[-<target>][-rehearsal]``: executed notebooks ``<stem>.ipynb``, HTML copies ``<stem>.html``,
-results ``results/<stem>.json``, ``index.html`` linking them all with timings, ``summary.json``. A failing chapter
-is kept (executed up to the error, HTML included) and the run goes on with the next.
+standing for the card ``--device-target`` names; ``--launcher``/``--slurm`` reach every job (``COURSE_LAUNCHER``,
+``COURSE_SLURM``); each other option goes to every notebook that declares it. The notebooks are the code checkout's
+(``helpers.core.paths.notebooks_dir``), whatever ``$COURSE_HOME`` says. Under ``<out>/<preset>[-<target>][-rehearsal]``:
+executed notebooks ``<stem>.ipynb``, HTML copies ``<stem>.html``, results ``results/<stem>.json``, ``index.html``
+linking them all with timings, ``summary.json``. A failing chapter is kept (up to the error) and the run goes on.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pathlib import Path
 from helpers.core.config import ARCH_NAMES, DEVICE_TARGETS
 from helpers.core.errors import CourseError, DataError
 from helpers.core.paths import notebooks_dir, resolve
+from helpers.core.slurm_settings import LAUNCHER_ENV, LAUNCHERS, SLURM_ENV, launcher_defaults
 
 log = logging.getLogger("helpers.course")
 CHAPTER_PATTERN = "[0-9][0-9]_*.ipynb"
@@ -198,7 +200,20 @@ def parser() -> argparse.ArgumentParser:
         choices = {"device_target": DEVICE_TARGETS, "arch": ARCH_NAMES}.get(name)
         run.add_argument("--" + name.replace("_", "-"), type=_absolute if name == "data_dir" else kind, default=None,
                          choices=choices, help=helps.get(name, "as the notebooks' parameter of that name"))
+    run.add_argument("--launcher", choices=LAUNCHERS, default=None,
+                     help="what starts each job's ranks: local msrun (default) or a Slurm cluster (sbatch)")
+    run.add_argument("--slurm", default=None, metavar="JSON",
+                     help='Slurm settings, e.g. \'{"nodes": 2, "partition": "gpu", "gres": "gpu:4"}\'')
     return ap
+
+
+def use_launcher(launcher: str | None, slurm: str | None) -> None:
+    """Every notebook's jobs use this launcher: set for the kernels papermill starts (they inherit the environment)."""
+    if launcher:
+        os.environ[LAUNCHER_ENV] = launcher
+    if slurm:
+        os.environ[SLURM_ENV] = slurm
+        launcher_defaults()                      # a ConfigError now rather than in the first chapter
 
 
 def main(argv=None) -> int:
@@ -207,6 +222,7 @@ def main(argv=None) -> int:
     logging.basicConfig(level=logging.INFO, format="    %(message)s", stream=sys.stdout)
     logging.getLogger("papermill").setLevel(logging.INFO)
     try:
+        use_launcher(args.launcher, args.slurm)
         runs = run_course(args.preset, args.out, args.only, args.rehearse,
                           {name: getattr(args, name) for name, _ in OVERRIDES})
     except CourseError as e:

@@ -160,6 +160,34 @@ def show_two_node_comparison(cfg, result, multi, skipped: str) -> dict:
     return cmp
 
 
+# ---------------------------------------------------------------- 5. on a cluster (Slurm)
+def slurm_config(cfg, nodes: int = 2):
+    """The chapter's job as a Slurm job over ``nodes`` nodes (the notebook's own ``slurm`` settings kept)."""
+    return cfg.replace(name="slurm", launcher="slurm", slurm={**cfg.slurm, "nodes": nodes})
+
+
+def show_on_a_cluster(cfg, result, progress: str = "auto"):
+    """Run the job through Slurm as 2 nodes x 4 ranks and compare it with the local job; without a reachable
+    controller, print the batch script it would submit. Returns the Slurm job's result, or None."""
+    from helpers.core.paths import resolve
+    from helpers.job.launch import run_job
+    from helpers.job.launchers.slurm import script_preview
+    from helpers.job.slurm_queue import slurm_unreachable
+
+    scfg = slurm_config(cfg)
+    reason = slurm_unreachable()
+    if reason:
+        show_md(f"**No Slurm cluster here** ({reason}). `run_job` would submit this batch script with "
+                "`sbatch --parsable` (`<token>` is a fresh random value per job). Point the notebook at a cluster "
+                "with `launcher=\"slurm\", slurm={\"nodes\": 2, \"partition\": \"<yours>\"}` in the parameters cell, "
+                "or `export COURSE_LAUNCHER=slurm COURSE_SLURM='{\"nodes\": 2}'` before starting Jupyter.")
+        print(script_preview(scfg, resolve(f"runs/{cfg.chapter}/<stamp>-slurm")))
+        return None
+    multi = run_job(scfg, progress=progress)
+    show_two_node_comparison(cfg, result, multi, "")
+    return multi
+
+
 # ---------------------------------------------------------------- errata
 def rank_num_error() -> str | None:
     """The error MindSpore raises for the seed blog's ``get_auto_parallel_context("rank_num")`` (None: accepted)."""

@@ -15,10 +15,11 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.core.card_settings import card_rows
+from helpers.core.config_table import config_table  # noqa: F401 - where chapters import it from
 from helpers.core.errors import ConfigError
 from helpers.core.rehearsal import CARD_TARGETS   # what a rehearsal on CPU may stand for (rehearsed_target)
 from helpers.core.resnet_layout import ARCHS
+from helpers.core.slurm_settings import LAUNCHERS, launcher_defaults, slurm_problem
 
 DEVICE_TARGETS = ("CPU", "GPU", "Ascend")
 # MindSpore's dataset refuses more workers than CPUs (mindspore/dataset/core/validator_helpers.py)
@@ -58,6 +59,8 @@ class JobConfig:
     node_rank: int = 0
     master_addr: str = "127.0.0.1"
     master_port: int = 0                      # 0: the launcher picks a free port
+    launcher: str = "local"                   # "local" (msrun here) or "slurm" (sbatch; helpers.job.launchers)
+    slurm: dict = field(default_factory=dict)  # nodes, partition, gres, time_limit, account, extra_args (slurm_settings)
     # data
     data_dir: str = "data/digits"
     image_size: int = 32
@@ -306,6 +309,10 @@ def _check_placement(c: JobConfig, bad: _Problems) -> None:
         bad("fail_rank", "must be a rank of the job")
     if c.rehearsed_target is not None and not (c.rehearsal and c.rehearsed_target in CARD_TARGETS):
         bad("rehearsed_target", f"must be None, or with rehearsal=True the card it stands for, one of {CARD_TARGETS}")
+    if not (isinstance(c.launcher, str) and c.launcher in LAUNCHERS):
+        bad("launcher", f"must be one of {LAUNCHERS}")
+    elif slurm_problem(c.slurm, c.world_size, c.launcher):
+        bad("slurm", slurm_problem(c.slurm, c.world_size, c.launcher))
     if not (isinstance(c.adjusted, dict) and all(isinstance(v, str) for v in c.adjusted.values())):
         bad("adjusted", "must be a dict of field name -> why the preset's value was lowered")
 
@@ -369,7 +376,7 @@ def job_config(preset: str = "cpu", rehearse: bool = False, **overrides) -> JobC
     """The preset's values (scaled down for CPU when ``rehearse``), then every override that is not None."""
     if preset not in PRESETS:
         raise ConfigError(f"preset: must be one of {sorted(PRESETS)} (got {preset!r})")
-    values = dict(PRESETS[preset])
+    values = {**PRESETS[preset], **launcher_defaults()}    # COURSE_LAUNCHER / COURSE_SLURM: a room's default
     if rehearse:            # device_target then names the card the rehearsal stands for; the job runs on CPU
         from helpers.core.rehearsal import rehearsal_overrides, rehearsal_target
 
@@ -403,15 +410,3 @@ def _fit_dataset_workers(values: dict, explicit: bool) -> None:
                "dataset refuses more workers than CPUs)")
         values.update(dataset_workers=limit, adjusted={**values.get("adjusted", {}), "dataset_workers": why})
         log.warning("dataset_workers: %s", why)
-
-
-def config_table(cfg: JobConfig, fields=("name", "device_target", "world_size", "arch", "width", "stem",
-                                         "conv_impl", "image_size", "global_batch", "steps", "data_dir")):
-    """Rows (field, value) of the settings a reader wants to see before a job runs."""
-    rows = [(f, getattr(cfg, f)) for f in fields]
-    rows.insert(fields.index("global_batch") + 1, ("batch_per_rank", cfg.batch_per_rank))
-    rows += [(f, f"{getattr(cfg, f)} ({why})") for f, why in cfg.adjusted.items()] + card_rows(cfg)
-    if cfg.rehearsal:
-        rows.append(("path", f"gpu8 for {cfg.rehearsed_target or 'the cards'} rehearsed on CPU: each card-only part "
-                             "swapped for its CPU stand-in (helpers.core.rehearsal.STAND_INS)"))
-    return rows

@@ -6,7 +6,7 @@ of failure (``FAILURE_KINDS``), the failing rank and the tail of its log.
 
 from __future__ import annotations
 
-FAILURE_KINDS = ("crash", "oom", "killed", "hang", "timeout", "interrupted")
+FAILURE_KINDS = ("crash", "oom", "killed", "hang", "timeout", "interrupted", "node_lost")
 
 # How memory running out reads in a failed rank's error, as (text, where the installed 2.10 wheel holds it): a path
 # under ``mindspore/`` (``tests/contract/test_oom_texts.py`` pins each there, case kept; ``failure_kind`` matches

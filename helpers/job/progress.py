@@ -10,6 +10,8 @@ import os
 import sys
 import time
 
+from helpers.job.straggler import LiveStraggler, straggler_verdict
+
 
 def widgets_available() -> bool:
     """True when ipywidgets can be shown (a Jupyter kernel) and ``COURSE_PROGRESS`` is not ``text``."""
@@ -37,29 +39,39 @@ class TextProgress:
         self.loss: dict[int, float] = {}
         self.t0 = time.monotonic()
         self._last = -1e9
+        self.live = LiveStraggler(len(self.done))
         self._print(f"{title}: started {len(self.done)} ranks, {total} steps each")
 
     def _print(self, line: str):
         print(line, file=self.stream, flush=True)
 
-    def update(self, rank: int, step_done: int, loss: float | None = None):
+    def update(self, rank: int, step_done: int, loss: float | None = None, record: dict | None = None):
+        """``record``: the rank's step record, which the live straggler mark reads (``helpers.job.straggler``)."""
         self.done[rank] = step_done
         if loss is not None:
             self.loss[rank] = loss
+        if record is not None:
+            self.live.feed(record)
         now = time.monotonic()
         if now - self._last >= self.every_s:
             self._last = now
             self._print(self._line(now))
+
+    def queued(self, text: str):
+        """Where the job waits (a scheduler's state, reason, place in the queue): printed when it changes."""
+        if text != getattr(self, "_queued", None):
+            self._queued = text
+            self._print(f"[{time.monotonic() - self.t0:6.1f}s] {text}")
 
     def _line(self, now):
         finished = min(self.done.values())
         losses = [f"{v:.3f}" for _, v in sorted(self.loss.items())]
         return (f"[{now - self.t0:6.1f}s] steps done per rank "
                 f"{' '.join(str(self.done[r]) for r in sorted(self.done))} (all >= {finished}/{self.total})"
-                + (f" | loss {' '.join(losses)}" if losses else ""))
+                + (f" | loss {' '.join(losses)}" if losses else "") + straggler_mark(self.live))
 
     def close(self, status: str):
-        self._print(self._line(time.monotonic()) + f" | {status}")
+        self._print(self._line(time.monotonic()) + f" | {status}" + final_verdict(self.live))
 
 
 class WidgetProgress:
@@ -80,19 +92,39 @@ class WidgetProgress:
             self.labels[r] = w.Label("")
             rows.append(w.HBox([self.bars[r], self.labels[r]]))
         self.box = w.VBox([self.header, *rows])
+        self.live = LiveStraggler(len(rows))
         display(self.box)
 
-    def update(self, rank: int, step_done: int, loss: float | None = None):
+    def update(self, rank: int, step_done: int, loss: float | None = None, record: dict | None = None):
         self.bars[rank].value = step_done
+        if record is not None:
+            self.live.feed(record)
         if loss is not None:
             self.labels[rank].value = f"{step_done}/{self.total}  loss {loss:.4f}"
-        self.header.value = f"<b>running</b> {time.monotonic() - self.t0:.0f} s"
+        marked = self.live.marked()
+        for r, bar in self.bars.items():      # the straggler's bar turns orange while it holds the others back
+            bar.bar_style = "warning" if marked and marked[0] == r else ""
+        self.header.value = f"<b>running</b> {time.monotonic() - self.t0:.0f} s" + straggler_mark(self.live)
+
+    def queued(self, text: str):
+        self.header.value = f"<b>waiting</b> {time.monotonic() - self.t0:.0f} s: {text}"
 
     def close(self, status: str):
         style = "success" if status.startswith("finished") else "danger"
         for bar in self.bars.values():
             bar.bar_style = style
-        self.header.value = f"<b>{status}</b> after {time.monotonic() - self.t0:.1f} s"
+        self.header.value = f"<b>{status}</b> after {time.monotonic() - self.t0:.1f} s" + final_verdict(self.live)
+
+
+def straggler_mark(live: LiveStraggler) -> str:
+    """`` | straggler: rank r (cause), last N steps`` while one rank has held the others back, else empty."""
+    marked = live.marked()
+    return f" | straggler: rank {marked[0]} ({marked[1]}), last {live.streak} judged steps" if marked else ""
+
+
+def final_verdict(live: LiveStraggler) -> str:
+    """The job's straggler verdict on the step records the display was given (empty when it was given none)."""
+    return f" | {straggler_verdict(live.records).line()}" if len(live.records) > 1 else ""
 
 
 def make_progress(title: str, ranks, total: int, mode: str = "auto"):
@@ -109,6 +141,9 @@ class NullProgress:
     """A progress display that shows nothing (``mode="none"``)."""
 
     def update(self, *a, **k):
+        pass
+
+    def queued(self, text: str):
         pass
 
     def close(self, status: str):

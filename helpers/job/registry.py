@@ -13,13 +13,14 @@ from helpers.job.rank_guard import launcher_alive, process_start
 REGISTRY = "runs/.jobs"
 
 
-def register(job_id: str, run_dir: Path) -> Path:
-    """Record that this process launched ``job_id`` (removed again by ``unregister``)."""
+def register(job_id: str, run_dir: Path, **launch) -> Path:
+    """Record that this process launched ``job_id`` (removed again by ``unregister``); ``launch``: what the
+    launcher needs to end it later (e.g. ``slurm_job_id``)."""
     folder = resolve(REGISTRY)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{job_id}.json"
     rec = dict(job_id=job_id, run_dir=str(run_dir), launcher_pid=os.getpid(),
-               launcher_start=process_start(os.getpid()), started=time.time())
+               launcher_start=process_start(os.getpid()), started=time.time(), **launch)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rec))
     os.replace(tmp, path)
@@ -34,8 +35,9 @@ def unregister(job_id: str) -> None:
         pass
 
 
-def reap_orphans(kill) -> list[dict]:
-    """End every registered job whose launcher is dead; ``kill(job_id)`` returns what it killed.
+def reap_orphans(kill, cancel=None) -> list[dict]:
+    """End every registered job whose launcher is dead; ``kill(job_id)`` returns what it killed, ``cancel(rec)``
+    ends what a launcher started elsewhere (a Slurm job: its record has ``slurm_job_id``).
 
     Returns one dict per job cleaned up: its run folder and how many of its processes were still alive."""
     folder = resolve(REGISTRY)
@@ -48,6 +50,8 @@ def reap_orphans(kill) -> list[dict]:
             continue
         if launcher_alive(rec["launcher_pid"], rec["launcher_start"]):
             continue
+        if cancel and rec.get("slurm_job_id"):
+            cancel(rec)
         killed = kill(rec["job_id"])
         path.unlink(missing_ok=True)
         cleaned.append(dict(run_dir=rec["run_dir"], processes=killed))

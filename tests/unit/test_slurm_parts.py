@@ -1,0 +1,125 @@
+"""The Slurm launcher's pure parts: settings checks, sbatch options, squeue/scontrol parsing, the batch script."""
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from helpers.core.config import job_config
+from helpers.core.errors import ConfigError
+from helpers.core.slurm_settings import sbatch_options, slurm_problem
+from helpers.job.slurm_queue import (JobState, node_trouble, parse_node, parse_sbatch, parse_squeue, place_in)
+from helpers.job.slurm_script import LEASE_S, batch_script, node_command
+
+
+def test_slurm_settings_are_checked_by_field():
+    assert job_config("ci", launcher="slurm", slurm=dict(nodes=2, partition="gpu")).local_workers == 8
+    for bad, text in ((dict(nodes=3), "must divide world_size=8"), (dict(node=2), "unknown keys ['node']"),
+                      (dict(partition="a b"), "plain word"), (dict(time_limit="1h"), "Slurm's format"),
+                      (dict(extra_args="--exclusive"), "list of sbatch options")):
+        with pytest.raises(ConfigError) as info:
+            job_config("ci", launcher="slurm", slurm=bad)
+        assert info.value.fields == ["slurm"] and text in str(info.value), str(info.value)
+    with pytest.raises(ConfigError) as info:
+        job_config("ci", launcher="kubernetes")
+    assert info.value.fields == ["launcher"]
+    assert slurm_problem({}, 8) is None
+
+
+def test_sbatch_options_in_a_fixed_order():
+    assert sbatch_options(dict(nodes=2, gres="gpu:8", partition="p", time_limit="00:10:00", account="a",
+                               extra_args=["--exclusive"])) == [
+        "--nodes=2", "--ntasks-per-node=1", "--partition=p", "--gres=gpu:8", "--time=00:10:00", "--account=a",
+        "--exclusive"]
+
+
+def test_squeue_sbatch_and_scontrol_outputs_parse():
+    assert parse_sbatch("42\n") == "42" and parse_sbatch("42;cluster\n") == "42"
+    with pytest.raises(ValueError):
+        parse_sbatch("sbatch: error: Batch job submission failed")
+    rows = parse_squeue("7|PENDING|Resources|(Resources)|one\n8|RUNNING|None|n[1-2]|course\n")
+    assert rows["7"] == JobState("7", "PENDING", "Resources", "(Resources)", "one") and rows["7"].pending
+    assert rows["8"].running and rows["8"].active and not JobState("9", "COMPLETED", "", "", "").active
+    assert place_in(["5", "7", "9"], "7") == (2, 3) and place_in(["5"], "7") is None
+    node = parse_node("NodeName=n2 Arch=x86_64 CoresPerSocket=1 NodeAddr=10.251.2.2 State=IDLE+NOT_RESPONDING "
+                      "ThreadsPerCore=1")
+    assert node["NodeAddr"] == "10.251.2.2" and node_trouble(node) == "IDLE+NOT_RESPONDING"
+    assert node_trouble({"State": "ALLOCATED"}) is None and node_trouble({"State": "DOWN*"}) == "DOWN*"
+
+
+def script_for(tmp_path: Path, **slurm):
+    cfg = job_config("ci", launcher="slurm", slurm=dict(nodes=2, **slurm)).replace(local_world_size=4)
+    return cfg, batch_script(cfg, tmp_path, tmp_path / "config.json", "/venv/bin/msrun", "/venv/bin/python",
+                             "TOKEN123")
+
+
+def test_each_node_runs_msrun_with_its_slurm_node_id_and_the_first_nodes_address(tmp_path):
+    cfg, script = script_for(tmp_path, partition="one", gres="gpu:8")
+    line = node_command(cfg, tmp_path, tmp_path / "config.json", "/venv/bin/msrun", ())
+    assert "--node_rank=$SLURM_NODEID" in line and "--master_addr=$MASTER_ADDR" in line
+    assert "--master_port=$MASTER_PORT" in line and "--worker_num=8" in line and "--local_worker_num=4" in line
+    assert "helpers.job.rank_guard" in line and f"--log_dir={tmp_path}/logs/node$SLURM_NODEID" in line
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --partition=one" in script and "#SBATCH --gres=gpu:8" in script
+    assert "NodeAddr=" in script and "SLURM_JOB_NODELIST" in script and "scancel \"$SLURM_JOB_ID\"" in script
+    assert f'-gt {LEASE_S} ]' in script and "TOKEN123" in script
+    assert "srun --nodes=2 --ntasks-per-node=1" in script
+
+
+def test_the_batch_script_is_valid_bash(tmp_path):
+    _, script = script_for(tmp_path, extra_args=["--exclusive"])
+    path = tmp_path / "batch.sh"
+    path.write_text(script)
+    out = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_rooms_launcher_comes_from_the_environment_and_a_notebooks_own_setting_wins(monkeypatch):
+    from helpers.core.config_table import config_table
+
+    monkeypatch.setenv("COURSE_LAUNCHER", "slurm")
+    monkeypatch.setenv("COURSE_SLURM", '{"nodes": 1, "partition": "workshop", "gres": "gpu:8"}')
+    cfg = job_config("ci")
+    assert cfg.launcher == "slurm" and cfg.slurm == {"nodes": 1, "partition": "workshop", "gres": "gpu:8"}
+    assert dict(config_table(cfg))["launcher"].startswith("slurm {'nodes': 1")
+    assert job_config("ci", launcher="local").launcher == "local"
+    monkeypatch.setenv("COURSE_SLURM", "{nodes: 2}")
+    with pytest.raises(ConfigError) as info:
+        job_config("ci")
+    assert "COURSE_SLURM must be JSON" in str(info.value)
+    monkeypatch.delenv("COURSE_LAUNCHER")
+    monkeypatch.delenv("COURSE_SLURM")
+    assert job_config("ci").launcher == "local" and "launcher" not in dict(config_table(job_config("ci")))
+
+
+def test_course_command_line_sets_the_launcher_for_every_notebook(monkeypatch):
+    from helpers.course import parser, use_launcher
+
+    monkeypatch.setenv("COURSE_LAUNCHER", "")      # recorded, so what use_launcher sets is undone after the test
+    monkeypatch.setenv("COURSE_SLURM", "")
+    args = parser().parse_args(["run", "--launcher", "slurm", "--slurm", '{"nodes": 2}'])
+    use_launcher(args.launcher, args.slurm)
+    assert job_config("ci").slurm == {"nodes": 2} and job_config("ci").launcher == "slurm"
+    with pytest.raises(ConfigError):
+        use_launcher(None, "not json")
+
+
+def test_a_slurm_job_left_by_a_dead_launcher_is_cancelled_by_the_next_run(tmp_path, monkeypatch):
+    import json
+    import sys
+
+    from helpers.job.rank_guard import process_start
+    from helpers.job.registry import REGISTRY, reap_orphans, register
+
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    start = process_start(dead.pid)
+    dead.wait()
+    path = register("left", tmp_path / "runs/x", slurm_job_id="77")
+    rec = json.loads(path.read_text())
+    assert rec["slurm_job_id"] == "77"
+    path.write_text(json.dumps({**rec, "launcher_pid": dead.pid, "launcher_start": start}))
+    register("alive", tmp_path / "runs/y", slurm_job_id="78")        # this process: still running
+    cancelled = []
+    cleaned = reap_orphans(lambda job_id: 0, cancelled.append)
+    assert [c["slurm_job_id"] for c in cancelled] == ["77"] and len(cleaned) == 1
+    assert [p.stem for p in (tmp_path / REGISTRY).glob("*.json")] == ["alive"]
