@@ -28,11 +28,11 @@ BENCHMARKS = {
     "vs_pytorch": False,
     "vs_model_train": True,
     "vs_mindcv": True,
-    "scaling": True, "knobs": True, "comm_fusion": True, "accumulation": False, "hybrid": True,
+    "scaling": True, "knobs": True, "comm_fusion": True, "time_split": True, "accumulation": False, "hybrid": True,
     "course_time": True, "ci_time": False,
 }
 SAVES_ITSELF = {"vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
-                "sampler_phases", "ci_time"}
+                "sampler_phases", "ci_time", "time_split"}
 
 
 def _json_from(text: str) -> dict:

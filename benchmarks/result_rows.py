@@ -206,6 +206,9 @@ def launch_and_data_rows(rows: Rows) -> None:
     if d:
         rows.add("run_job / bare msrun, wall time of an 8-rank no-op job", d.get("ratio_run_job_over_msrun"),
                  "<= 1.10", "launch_overhead")
+        if d.get("ratio_slurm_over_msrun") is not None:
+            rows.add("run_job through Slurm (2 nodes x 4) / local bare msrun, 8-rank no-op job",
+                     d["ratio_slurm_over_msrun"], "<= 1.5", "launch_overhead")
     d = rows.results.get("sampler")
     if d:
         rows.add("stratified split vs iterating DistributedSampler, speed-up", d.get("speedup_vs_iterating"), ">= 20",
@@ -332,6 +335,16 @@ def training_rows(rows: Rows) -> None:
         rows.add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),
                  "<= 0.6", "comm_fusion", f"{d.get('preset')} preset, AllReduce per step "
                  f"{get_in(d, 'allreduce_per_step', 'baseline')} -> {get_in(d, 'allreduce_per_step', 'fused')}")
+    d = rows.results.get("time_split")
+    if d:
+        rows.add("time split: extra step time of the always-on split (sampled steps)", d.get("overhead"), "<= 0.03",
+                 "time_split", f"{d.get('preset')} preset, one step in {d.get('every')} split; a split step takes "
+                 f"{100 * (d.get('split_step_extra') or 0):.0f} % longer; mean step on / off "
+                 f"{d.get('mean_step_ratio_on_over_off') or float('nan'):.3f} (separate jobs: moves with the load)", unit="")
+        rows.add("time split: communication share, |first look - profiler| (chapter 04)",
+                 get_in(d, "agreement", "comm_share_difference"), "<= 0.15", "time_split",
+                 f"first look {get_in(d, 'agreement', 'first_look_comm_share') or float('nan'):.3f}, profiler "
+                 f"{get_in(d, 'agreement', 'profiler_comm_share') or float('nan'):.3f}", unit="")
     if rows.results.get("hybrid"):
         l24 = get_in(rows.results, "hybrid", "layouts", "2x4") or {}
         rows.add("hybrid 2x4: classifier bytes per rank / pure DP", l24.get("classifier_bytes_vs_dp"), "<= 0.3", "hybrid")

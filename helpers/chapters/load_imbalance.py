@@ -12,7 +12,8 @@ import numpy as np
 from helpers.core.config import config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import run_job
-from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars
+from helpers.job.straggler import SPLIT_PARTS, rank_time_split
+from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars, time_split_bars
 from helpers.output.tables import show_md, show_table
 from helpers.topics import seen_classes, shard_stats
 from helpers.train.data import prepare_data
@@ -111,6 +112,7 @@ class Measured:
     data_wait_ms: dict   # the slowest rank's mean data wait
     summary: dict        # figure -> strategy -> value (the side-by-side table and bars)
     same_start: bool | None = None   # phases of one job: all from one state (None: separate jobs)
+    stragglers: dict | None = None   # strategy -> its straggler verdict (helpers.job.straggler)
 
 
 def measure(results: dict, global_counts) -> Measured:
@@ -126,7 +128,7 @@ def measure(results: dict, global_counts) -> Measured:
     }
     return Measured(hists, coverage, {k: seen_classes.rank_step_spread(r) for k, r in results.items()},
                     {k: seen_classes.slowest_data_wait_ms(r) for k, r in results.items()}, summary,
-                    same_start(results))
+                    same_start(results), {k: r.straggler for k, r in results.items()})
 
 
 def plot_class_mix(measured: Measured, index, base):
@@ -163,6 +165,17 @@ def show_timing(results: dict, measured: Measured) -> None:
     show_table(timing_rows(results, measured),
                ["strategy", "steady step time (s, ranks' mean)", "slowest / fastest rank (mean step)",
                 "slowest rank's mean data wait (ms)"])
+    show_table([(k, v.line()) for k, v in measured.stragglers.items()], ["strategy", "which rank the others waited for"])
+
+
+def plot_time_split(results: dict, measured: Measured, strategy: str = "contiguous"):
+    """Where each rank's step went under one split (the straggler's, if any split has one): a stacked bar per rank."""
+    strategy = next((k for k, v in measured.stragglers.items() if v.rank is not None), strategy)
+    ranks, seconds, split = rank_time_split(results[strategy].steps)
+    if not split:     # no sampled steps in these short phases: compute and communication ran as one graph
+        seconds, parts = seconds[:, [0, 1, 3]], ("data", "compute + communication", "other")
+    return time_split_bars(ranks, seconds, SPLIT_PARTS if split else parts, f"{strategy}: where each rank's step went",
+                           measured.stragglers[strategy].rank)
 
 
 def show_summary(measured: Measured):
@@ -230,4 +243,5 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
         imagenet_shards_iterated=inet["shards_read"],
         class_column_rejected=class_column_error is not None, phases_of_one_job=measured.same_start is not None,
         phases_same_start=measured.same_start,
+        straggler={k: v.as_dict() for k, v in (measured.stragglers or {}).items()},
     )

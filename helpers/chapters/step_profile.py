@@ -18,6 +18,7 @@ from helpers.topics.amp_kernels import (conv_kernel_types, conv_kernels_note, cp
                                        relative_to)
 from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indices, isolate_compile_cache,
                                        predicted_buckets)
+from helpers.topics.first_look import EVERY_STEP, FirstLook, first_look_values, plot_first_look, read_first_look
 from helpers.topics.merged_trace import write_merged_trace
 from helpers.topics.profiling import JobProfile, job_step_s, overhead_ratio, read_job_profile
 from helpers.train.models import build_model
@@ -123,9 +124,35 @@ def prepare(preset: str, rehearse: bool, progress: str = "auto", *, steps=None, 
     return ch
 
 
+# ------------------------------------------------------------------------------ 0: the first look, before the profiler
+def first_look(ch: Chapter) -> FirstLook:
+    """The baseline's config without the profiler, every step after the first split by the job itself; shows each
+    rank's split (a table and a stacked bar per rank) and the straggler verdict."""
+    import matplotlib.pyplot as plt
+
+    job = ch.run("first_look", profile=False, steps=max(4, ch.base.profile_skip_steps + 1),
+                 env={**ch.base.env, **EVERY_STEP})
+    look = read_first_look(job)
+    show_table(look.rows(), list(look.HEADERS))
+    show_md(f"**Verdict:** {look.verdict.line()}")
+    plot_first_look(look)
+    plt.show()
+    return look
+
+
+def compare_first_look(look: FirstLook, baseline: ProfiledJob) -> float:
+    """Shows the first look's communication share against the profiler's; returns their absolute difference."""
+    diff = abs(look.comm_share - baseline.profile.comm_share)
+    show_table([("first look (split steps, no profiler)", look.comm_share),
+                ("profiler (kernel trace)", baseline.profile.comm_share), ("absolute difference", diff)],
+               ["communication share of the step", "value"])
+    return diff
+
+
 # ------------------------------------------------------------------------------ 1-2: the baseline and its cross-checks
-def profile_baseline(ch: Chapter) -> ProfiledJob:
-    """The baseline job, its per-rank table and (when there is a kernel timeline) its merged trace."""
+def profile_baseline(ch: Chapter, look: FirstLook | None = None) -> ProfiledJob:
+    """The baseline job, its per-rank table and (when there is a kernel timeline) its merged trace; with the first
+    ``look``, its communication share against the profiler's."""
     job = ch.run_profiled("baseline")
     ch.param_bytes = pb = job.profile.gradient_bytes          # the job's own model (its class count)
     show_md(f"Model: **{ch.base.arch}** (width {ch.base.width}), **{len(pb)} gradient tensors**, "
@@ -136,6 +163,8 @@ def profile_baseline(ch: Chapter) -> ProfiledJob:
             "— open it in https://ui.perfetto.dev or chrome://tracing." if job.trace_path else
             "No kernel timeline in this profile (on GPU, MindSpore 2.10 writes no trace_view.json and the kernel "
             "timestamps file was missing): the breakdown above comes from the per-type op tables.")
+    if look is not None:
+        compare_first_look(look, job)
     return job
 
 
@@ -345,7 +374,7 @@ def errata(amp: Amp) -> dict:
 
 
 def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep: Sweep, ids: dict, amp: Amp,
-                    after: dict, facts: dict) -> dict:
+                    after: dict, facts: dict, look: FirstLook | None = None) -> dict:
     """What the chapter records (``runs/results/04_profiling.json``) and ``helpers.conclusions.ch04.build`` reads."""
     bp, fp = baseline.profile, sweep.fused.profile
     with_fusion = ids["ids_with_fusion"]
@@ -367,4 +396,5 @@ def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep
         before_config=after["before_label"], gradient_mb=sum(ch.param_bytes) / 2**20,
         mindspore_version=facts["mindspore_version"], comm_fusion_module_exists=facts["comm_fusion_module_exists"],
         fusion_enabled_by_default=facts["fusion_enabled_by_default"], trace_path=baseline.trace_path,
+        **(first_look_values(look, bp.comm_share) if look else {}),
     )

@@ -46,6 +46,7 @@ def chapter01_claims(r: dict) -> list[Claim]:
               s=tv["stratified"], o=others[best_other], other=NAMES[best_other], c=tv["contiguous"]),
         _loss_spread_claim(r),
         _step_time_claim(r),
+        *_time_verdict_claim(r),
         _accuracy_claim(r),
     ]
     inet = r["imagenet_scale_max_tv"]
@@ -100,6 +101,28 @@ def _step_time_claim(r: dict) -> Claim:
         text = ("Under the contiguous split the ranks' mean steps were {c:.1f}% apart (other splits: {lo:.1f}-{hi:.1f}%) "
                 "and the slowest rank waited {w:.1f} ms per step for data (others: up to {wo:.1f} ms).")
     return claim("step_time", None, text, **figures)
+
+
+def _time_verdict_claim(r: dict) -> list[Claim]:
+    """Per split, the job's own straggler verdict (``helpers.job.straggler``): which rank the others waited for and
+    why. Expected: class-sorted data makes no rank a straggler when every image is decoded at one size (the
+    digits); a ✗ says a split did (e.g. ImageNet, whose JPEG sizes differ by class) and names the rank."""
+    verdicts = r.get("straggler")
+    if not verdicts:                 # recorded before the verdict existed
+        return []
+    slow = {k: v for k, v in verdicts.items() if v["rank"] is not None}
+    worst = max(verdicts.values(), key=lambda v: v["spread_s"])
+    how = ("from the sampled steps that time compute and communication apart" if worst["method"] == "split" else
+           "from the data wait alone: these phases are too short to sample a split step, so a compute straggler "
+           "would not show")
+    named = "; ".join(f"{NAMES[k]}: rank {v['rank']}" + (f" on {v['node']}" if v["node"] else "")
+                      + f" held the others back by {1e3 * v['wait_s']:.1f} ms per step ({v['wait_share']:.0%} of "
+                      f"their time, cause {v['cause']})" for k, v in slow.items())
+    return [claim("time_verdict", not slow,
+                  "No split made one rank hold the others back: under every split the ranks waited at most "
+                  "{spread_ms:.1f} ms per step for the last to arrive ({share:.1%} of a step), verdict " + how + ".",
+                  "A rank held the others back — " + named + " (verdict " + how + ").",
+                  spread_ms=1e3 * worst["spread_s"], share=worst["spread_share"], stragglers=len(slow))]
 
 
 def _accuracy_claim(r: dict) -> Claim:

@@ -17,6 +17,7 @@ from helpers.topics.comm_fusion import AUTO_FUSION_THRESHOLD, THRESHOLD_UNIT_BYT
 AMP_LEVELS = ("O1", "O2", "O3")
 SEPARATE_KERNELS = ("BatchNorm", "ReLU")      # with the convolution kernels: what O3 would fuse if it fused
 AGREE_POINTS = 0.15                           # reduction cost with vs without profiler: agreement within 15 points
+FIRST_LOOK_POINTS = AGREE_POINTS              # the job's own split vs the profiler's: measured 7.6-11.3 points (ci)
 
 
 def _pct(x: float) -> str:
@@ -169,9 +170,34 @@ def measurement_claims(r: dict) -> list[Claim]:
     ]
 
 
+def first_look_claims(r: dict) -> list[Claim]:
+    """The first look before the profiler: whether the job's own split (sampled split steps) agrees with the
+    profiler's communication share, and (observed) its straggler verdict. None when the run recorded no first look."""
+    if "first_look_comm_share" not in r:
+        return []
+    look, prof, v = r["first_look_comm_share"], r["comm_share"]["baseline"], r["first_look_verdict"]
+    f = dict(look=_pct(look), prof=_pct(prof), diff=100 * r["first_look_agreement"], n=r["first_look_steps"],
+             limit=100 * FIRST_LOOK_POINTS)
+    verdict = (f"no rank held the others back (they waited {1e3 * v['spread_s']:.1f} ms per step for the last to "
+               f"arrive, {v['spread_share']:.1%} of a step)" if v["rank"] is None else
+               f"rank {v['rank']} held the others back by {1e3 * v['wait_s']:.1f} ms per step "
+               f"({v['wait_share']:.0%} of their time, cause {v['cause']})")
+    return [
+        claim("first_look_agrees_with_profiler", r["first_look_agreement"] <= FIRST_LOOK_POINTS,
+              "Before any profiler, the job's own time split ({n} split steps) put communication at {look} of the "
+              "step; the profiler's kernel trace put it at {prof}: {diff:.1f} points apart, within {limit:.0f}.",
+              "The job's own time split ({n} split steps) put communication at {look} of the step, the profiler at "
+              "{prof}: {diff:.1f} points apart, more than {limit:.0f}. The split times the AllReduce as its own "
+              "graph from the host (launch and wait included), the profiler sums kernel time.", **f),
+        claim("first_look_verdict", None, "The first look's verdict: " + verdict + ".", rank=v["rank"],
+              cause=v["cause"], wait_s=v["wait_s"], spread_s=v["spread_s"]),
+    ]
+
+
 def build(r: dict) -> list[Claim]:
     """Every claim of chapter 04 from its recorded values ``r`` (the keys the notebook passes to ``record_results``)."""
-    return fusion_claims(r) + comm_fusion_api_claims(r) + amp_claims(r) + measurement_claims(r)
+    return (first_look_claims(r) + fusion_claims(r) + comm_fusion_api_claims(r) + amp_claims(r)
+            + measurement_claims(r))
 
 
 def mindspore_facts() -> dict:

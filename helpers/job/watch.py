@@ -157,7 +157,7 @@ class JobWatch:
                 self.progress[r] = RankProgress(rec["time"], ev, self.progress[r].step if step is None else step)
             if ev == "step":
                 self.step_times.append(rec["step_s"])
-                self.bar.update(r, step + 1, rec["loss"])
+                self.bar.update(r, step + 1, rec["loss"], rec)
             elif ev == "summary":
                 self.summaries[r] = rec
             elif ev == "failure":

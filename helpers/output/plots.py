@@ -75,6 +75,24 @@ def strategy_bars(values: dict[str, dict], titles: dict[str, str]):
 
 
 # ---------------------------------------------------------------- descriptions (alt text)
+def time_split_bars(ranks, seconds, parts, title: str, straggler: int | None = None):
+    """A stacked bar per rank: its mean seconds per step in each part (``parts``, e.g. data / compute /
+    communication / other); the straggler's tick label is marked."""
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.7 * len(ranks) + 2), 3.4))
+    x, bottom = np.arange(len(ranks)), np.zeros(len(ranks))
+    for j, name in enumerate(parts):
+        ax.bar(x, seconds[:, j], bottom=bottom, label=name, width=0.7)
+        bottom = bottom + seconds[:, j]
+    ax.set_xticks(x, [f"rank {r}" + (" (straggler)" if r == straggler else "") for r in ranks], rotation=30,
+                  fontsize=8)
+    ax.set(ylabel="seconds per step", title=title)
+    ax.legend(fontsize=8, ncol=len(parts))
+    fig.tight_layout()
+    who = f"; rank {straggler} (straggler) is marked" if straggler is not None else "; no straggler"
+    return set_description(fig, f"Figure: {title}: one stacked bar per rank of {len(ranks)}, seconds per step in "
+                                f"{', '.join(parts)}{who}")
+
+
 def set_description(fig, text: str):
     """Give ``fig`` an explicit one-line description, used instead of the one built from the figure; returns ``fig``."""
     setattr(fig, DESCRIPTION_ATTR, " ".join(str(text).split()))

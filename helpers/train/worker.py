@@ -275,22 +275,65 @@ def class_counts(labels) -> list[list[int]]:
     return [[int(i), int(c)] for i, c in zip(ids, counts)]
 
 
+_SPLIT_STEPS: dict = {}   # id(train step) -> its SplitStep, built once (phases call _loop once per chunk)
+CACHE_PATH_ENV = "MS_COMPILER_CACHE_PATH"
+# MindSpore names a cached graph by its compile order: "compile_cache_" + n, in "graph_cache" (tests/contract pins them)
+CACHED_GRAPH_NAMES = {"lib/libmindspore_backend_common.so": "compile_cache_", "lib/libmindspore_frontend.so": "graph_cache"}
+
+
+def split_cache_folder(cfg: JobConfig, env) -> None:
+    """A job whose steps are split compiles three more graphs in step 0, and MindSpore numbers cached graphs by
+    compile order (``<cache>/rank_<r>/graph_cache/MS_WORKERcompile_cache_<n>.mindir``): such a job caches in a
+    sub-folder of its own, else a later job of the same config would load a split graph as its evaluation graph
+    (seen: "Parameter[1] has no default param" in chapter 01 after a split job of the ci config)."""
+    from helpers.train.time_split import split_every
+
+    if env.get(CACHE_PATH_ENV) and cfg.accumulation_steps == 1 and split_every(cfg.steps, env):
+        env[CACHE_PATH_ENV] = os.path.join(env[CACHE_PATH_ENV], "time_split")
+
+
+def _split_of(cfg: JobConfig, step):
+    """(``SplitStep`` or None, its period, the first profiled step): the sampled steps of
+    ``helpers.train.time_split``; profiled steps stay fused, so the profile reads the job's own graph."""
+    from helpers.train.time_split import split_step_for
+
+    part, every = split_step_for(step, cfg.steps, _SPLIT_STEPS) if cfg.accumulation_steps == 1 else (None, 0)
+    return part, every, cfg.profile_skip_steps if cfg.profile else cfg.steps
+
+
+def _one_step(step, batch, i: int, split) -> tuple[float, dict]:
+    """One train step: fused, or on a sampled step as three timed graphs (their times in the dict); the fused
+    step before the first sampled one also compiles the split graphs, so no sampled step carries a compilation."""
+    from helpers.train.recipe import step_loss
+    from helpers.train.time_split import is_split_step
+
+    part, every, profiled_from = split
+    if part is not None and part.compiled and is_split_step(i, every) and i < profiled_from:
+        loss, times = part(*batch)
+        return step_loss(loss)[0], times
+    out = step_loss(step(*batch))
+    if part is not None and not part.compiled:
+        part.compile(*batch)
+    return out
+
+
 def _loop(cfg, rank, step, it, out, prof, steps=None, phase=None, job_step0=0) -> list[float]:
     """The training steps (``steps``: a range, default all): one metrics line per step, tagged with ``phase``
     and numbered from ``job_step0`` across the job when phases share it; returns each step's wall time."""
-    from helpers.train.recipe import lr_per_step, step_loss
+    from helpers.train.recipe import lr_per_step
 
     steps = range(cfg.steps) if steps is None else steps
     lrs = lr_per_step(cfg) if cfg.lr_schedule != "constant" or cfg.warmup_fraction else None
     step_times = []
     vms_peak = 0.0
+    split = _split_of(cfg, step)
     for i in steps:
         t0 = time.perf_counter()
         if cfg.accumulation_steps == 1:
             batches = [next(it)]
             t1 = time.perf_counter()
             _maybe_fail(cfg, rank, i)
-            loss, scale_info = step_loss(step(*batches[0]))
+            loss, scale_info = _one_step(step, batches[0], i, split)
         else:
             # data time = fetching all K micro-batches (the pipeline prefetches, so this is the wait)
             batches = [next(it) for _ in range(cfg.accumulation_steps)]
@@ -333,6 +376,7 @@ def main(argv=None) -> int:
     cfg_path = Path(argv[0])
     cfg = JobConfig.load(cfg_path)
     run_dir = cfg_path.parent
+    split_cache_folder(cfg, os.environ)     # before MindSpore is imported
     applied = _setup_runtime(cfg)
     from mindspore.communication import get_group_size, get_rank, init
 

@@ -229,3 +229,13 @@ def test_course_seconds_splits_each_chapter_into_job_phases_and_the_time_outside
     text = course_seconds(ct)
     assert "| `00_environment_setup` | 64 | 2 | 28 | 23 | 1 | 0 | 11 |" in text
     assert "| **total** | **64** | **2** | **28** | **23** | **1** | **0** | **11** |" in text
+
+
+def test_time_split_rows_judge_the_overhead_and_the_agreement():
+    d = {"preset": "ci", "every": 10, "overhead": 0.021, "split_step_extra": 0.21, "mean_step_ratio_on_over_off": 1.02,
+         "agreement": {"comm_share_difference": 0.18, "first_look_comm_share": 0.40, "profiler_comm_share": 0.58}}
+    rows = {r.what: r for r in goal_rows({"time_split": d}) if r.source == "results/time_split.json"}
+    over = rows["time split: extra step time of the always-on split (sampled steps)"]
+    agree = rows["time split: communication share, |first look - profiler| (chapter 04)"]
+    assert judge(over.measured, over.goal) == "met" and "one step in 10 split" in over.note and "21 %" in over.note
+    assert judge(agree.measured, agree.goal).startswith("missed by 0.03") and "first look 0.400" in agree.note

@@ -9,6 +9,7 @@ import pytest
 from helpers.chapters import load_imbalance as chapter
 from helpers.conclusions.ch01 import chapter01_claims
 from helpers.job.launch import JobResult
+from helpers.job.straggler import straggler_verdict
 from tests.unit.chapter_cases import capture_shown
 
 LABELS = np.repeat(np.arange(10), 40)          # 10 classes x 40 images, class-sorted
@@ -22,7 +23,7 @@ def shown(monkeypatch):
 
 def fake_result(classes_per_rank, accuracy, step_s=(9.0, 1.0, 1.2)):
     """A job's records: rank r reads ``classes_per_rank[r]`` (one class list per step), 2 images of each."""
-    steps = {r: [{"class_counts": [[c, 2] for c in cs], "step_s": step_s[j] * (1 + 0.1 * r),
+    steps = {r: [{"step": j, "rank": r, "class_counts": [[c, 2] for c in cs], "step_s": step_s[j] * (1 + 0.1 * r),
                   "data_s": 0.001 * (r + 1), "loss": 2.0 + 0.1 * r - 0.2 * j}
                  for j, cs in enumerate(per_step)]
              for r, per_step in enumerate(classes_per_rank)}
@@ -31,7 +32,8 @@ def fake_result(classes_per_rank, accuracy, step_s=(9.0, 1.0, 1.2)):
     def metric(name):
         return JobResult.metric(SimpleNamespace(steps=steps), name)
 
-    return SimpleNamespace(steps=steps, summaries=summaries, wall_s=12.0, metric=metric)
+    return SimpleNamespace(steps=steps, summaries=summaries, wall_s=12.0, metric=metric,
+                           straggler=straggler_verdict(steps))
 
 
 def fake_results():
@@ -81,6 +83,7 @@ def test_measured_figures_and_recorded_values_feed_the_claims(shown):
     assert values["class_column_rejected"] is True and values["imagenet_shards_iterated"] == 1
     claims = {c.id: c for c in chapter01_claims(values)}
     assert claims["homogeneous_batches"].holds is True and claims["imagenet_scale"].holds is True
+    assert values["straggler"]["contiguous"]["rank"] is None and claims["time_verdict"].holds is True
 
 
 def test_imagenet_scale_table_on_small_labels(shown):
@@ -106,12 +109,15 @@ def test_tables_and_figures_from_fake_jobs(shown):
     base = SimpleNamespace(steps=3, batch_per_rank=2, global_batch=4)
     index = SimpleNamespace(classes=tuple(f"c{i}" for i in range(10)))
     figs = [chapter.plot_class_mix(measured, index, base), chapter.plot_step_coverage(measured, index, base),
-            chapter.plot_loss_per_rank(results), chapter.show_summary(measured)]
+            chapter.plot_loss_per_rank(results), chapter.show_summary(measured),
+            chapter.plot_time_split(results, measured)]
     chapter.show_timing(results, measured)
     assert all(f is not None for f in figs)
-    (summary, headers), (timing, _) = shown
+    (summary, headers), (timing, _), (verdicts, _) = shown
     assert [r[0] for r in summary] == list(chapter.STRATEGIES) and len(headers) == 6 == len(summary[0])
     assert [r[0] for r in timing] == list(chapter.STRATEGIES)
+    assert [r[0] for r in verdicts] == list(chapter.STRATEGIES)
+    assert all(line.startswith("no straggler") for _, line in verdicts)    # 1-2 ms data waits of 1 s steps
 
 
 def test_one_job_runs_the_splits_as_phases_and_shows_their_time_without_the_first_step(shown, monkeypatch,

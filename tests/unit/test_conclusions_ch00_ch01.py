@@ -254,3 +254,21 @@ def test_the_committed_conv_benchmark_is_read_from_the_code_not_the_course_home(
     monkeypatch.setenv("COURSE_HOME", str(tmp_path))
     bench = conv_benchmark()
     assert bench["cases"] >= 1 and bench["min_ratio"] <= bench["max_ratio"]
+
+
+def verdict(rank=None, spread_s=0.004, method="data wait"):
+    return dict(rank=rank, node="vm" if rank is not None else None, cause="data" if rank is not None else None,
+                wait_s=0.21 if rank is not None else 0.0, wait_share=0.3 if rank is not None else 0.0, lead_s=0.2,
+                last_share=1.0, spread_s=spread_s, spread_share=spread_s / 0.5, steps=3, method=method)
+
+
+def test_ch01_time_verdict_per_split_both_outcomes():
+    r = dict(ch01(), straggler={k: verdict(spread_s=0.001 * (i + 1)) for i, k in enumerate(KINDS)})
+    c = by_id(chapter01_claims(r))["time_verdict"]
+    assert c.holds is True and "at most 4.0 ms per step" in c.text and "from the data wait alone" in c.text
+    slow = {k: verdict() for k in KINDS}
+    slow["contiguous"] = verdict(rank=3, spread_s=0.2, method="split")
+    c = by_id(chapter01_claims(dict(ch01(), straggler=slow)))["time_verdict"]
+    assert c.holds is False and "contiguous: rank 3 on vm held the others back by 210.0 ms per step" in c.text
+    assert "cause data" in c.text and "time compute and communication apart" in c.text
+    assert "time_verdict" not in by_id(chapter01_claims(ch01()))      # recorded before the verdict existed

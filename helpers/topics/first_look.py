@@ -1,0 +1,57 @@
+"""Chapter 04's first look, before the profiler: a job's own time split (sampled split steps) per rank, its straggler
+verdict, and how its communication share compares with the profiler's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from helpers.job.launch import JobResult
+from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, rank_time_split
+from helpers.output.plots import time_split_bars
+from helpers.train.time_split import SPLIT_EVERY_ENV
+
+EVERY_STEP = {SPLIT_EVERY_ENV: "1"}   # the first look splits every step after the first (step 1 is left out)
+
+
+@dataclass
+class FirstLook:
+    """Per rank, mean seconds per step in ``SPLIT_PARTS`` over the job's split steps, and the straggler verdict."""
+
+    result: JobResult
+    verdict: StragglerVerdict
+    ranks: list[int]
+    seconds: np.ndarray
+
+    @property
+    def comm_share(self) -> float:
+        """Communication over the step, the ranks' mean (as ``JobProfile.comm_share``)."""
+        return float(np.mean(self.seconds[:, 2] / self.seconds.sum(axis=1)))
+
+    def rows(self) -> list[tuple]:
+        """(rank, data, compute, communication, other, comm share) per rank."""
+        return [(r, *map(float, row), float(row[2] / row.sum())) for r, row in zip(self.ranks, self.seconds)]
+
+    HEADERS = ("rank", *(f"{p} (s)" for p in SPLIT_PARTS), "comm share")
+
+
+def read_first_look(result: JobResult) -> FirstLook:
+    """A finished job's first look (its split steps must exist: run it with ``EVERY_STEP`` in its env)."""
+    ranks, seconds, split = rank_time_split(result.steps)
+    if not split:
+        raise ValueError(f"{result.run_dir}: no split steps to read (was {SPLIT_EVERY_ENV} set in the job's env?)")
+    return FirstLook(result, result.straggler, ranks, seconds)
+
+
+def plot_first_look(look: FirstLook):
+    """A stacked bar per rank: where the first look's steps went."""
+    return time_split_bars(look.ranks, look.seconds, SPLIT_PARTS,
+                           "first look (no profiler): where each rank's step went", look.verdict.rank)
+
+
+def first_look_values(look: FirstLook, profiler_comm_share: float) -> dict:
+    """What chapter 04 records of the first look: its split, its verdict, its agreement with the profiler."""
+    return dict(first_look_comm_share=look.comm_share, first_look_agreement=abs(look.comm_share - profiler_comm_share),
+                first_look_verdict=look.verdict.as_dict(), first_look_split=[list(r) for r in look.rows()],
+                first_look_steps=look.verdict.steps)

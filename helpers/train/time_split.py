@@ -1,0 +1,132 @@
+"""In a rank: a few sampled steps run as three graphs (gradients, their AllReduce, the optimizer), each timed.
+
+The fused train step is one graph in GRAPH mode, so its compute and its communication cannot be told apart from the
+host. A sampled step does the same work as separate graphs and times each after ``mindspore.runtime.synchronize``:
+``grad_s`` (forward and backward until the gradients are ready), ``reduce_s`` (the gradient AllReduce, including the
+wait for the slowest rank: this rank's share of the straggler's cost) and ``update_s`` (the optimizer). The other
+steps stay fused (on a card the AllReduce overlaps the backward there). ``helpers.job.straggler`` reads the records.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+SPLIT_EVERY_ENV = "COURSE_TIME_SPLIT_EVERY"   # every how many steps one is split; 0 switches the split off
+MIN_EVERY, MAX_EVERY = 15, 20                 # a split step took 22-38 % longer than a fused one (ci, 8 ranks, 2 cores)
+SPLIT_KEYS = ("grad_s", "reduce_s", "update_s")
+# What the split copies of MindSpore 2.10's TrainOneStepCell and Cell, by wheel file (tests/contract/test_time_split.py)
+WHEEL_ASSUMES = {
+    "nn/wrap/cell_wrapper.py": ("sens = ops.fill(loss.dtype, loss.shape, self.sens)",
+                                "grads = self.grad(self.network, self.weights)(*inputs, sens)",
+                                "grads = self.grad_no_sens(self.network, self.weights)(*inputs)",
+                                "grads = self.grad_reducer(grads)", "loss = ops.depend(loss, self.optimizer(grads))"),
+    "nn/cell.py": ("def compile_and_run(self, *args, **kwargs):", "self.compile(*args, **kwargs)"),
+    "runtime/stream.py": ("def synchronize():",),
+}
+
+
+def split_every(steps: int, env: dict | None = None) -> int:
+    """Every how many steps one runs split: ``$COURSE_TIME_SPLIT_EVERY``, else ``steps // 5`` within 15..20, and 0
+    (no split, nothing extra compiled) for a job shorter than 3 periods: a 300-step job samples 15 steps, a 45-step
+    one 3, the 4- and 30-step ci and cpu jobs none (their verdict reads the data wait alone)."""
+    value = (os.environ if env is None else env).get(SPLIT_EVERY_ENV, "")
+    if value.strip():
+        return max(0, int(value))
+    every = max(MIN_EVERY, min(MAX_EVERY, steps // 5))
+    return every if steps >= 3 * every else 0
+
+
+def is_split_step(i: int, every: int) -> bool:
+    """Step ``i`` runs split: the last of each ``every`` steps (step 0 stays fused: it compiles the graphs)."""
+    return every > 0 and i % every == every - 1
+
+
+def splittable(step) -> bool:
+    """Only the stock ``nn.TrainOneStepCell`` (O0, AMP without a dynamic loss scale): loss-scale cells, gradient
+    accumulation and the hybrid step keep their own graphs, and their steps are not split."""
+    from mindspore import nn
+
+    return (type(step) is nn.TrainOneStepCell and not step.return_grad
+            and not getattr(step, "use_graceful_exit", False))
+
+
+def _grad_cell(step):
+    """A cell computing ``(loss, grads)`` as ``TrainOneStepCell`` does (``construct`` with a ``sens``, else
+    ``_no_sens_impl``; mindspore/nn/wrap/cell_wrapper.py), without reducing them."""
+    from mindspore import nn, ops
+
+    class GradOnly(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.network, self.weights, self.sens = step.network, step.weights, step.sens
+            self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
+
+        def construct(self, *inputs):
+            loss = self.network(*inputs)
+            sens = ops.fill(loss.dtype, loss.shape, self.sens)
+            return loss, self.grad(self.network, self.weights)(*inputs, sens)
+
+    class GradOnlyNoSens(GradOnly):
+        def construct(self, *inputs):
+            return self.network(*inputs), self.grad_no_sens(self.network, self.weights)(*inputs)
+
+    if not step.sense_flag:
+        cell = GradOnlyNoSens()
+        cell.grad_no_sens = ops.GradOperation(get_by_list=True)
+        return cell
+    return GradOnly()
+
+
+class SplitStep:
+    """``step``'s work as three graphs; ``compile(batch)`` builds them ahead (call it in step 0, which compiles
+    anyway), ``__call__(*batch)`` trains one step and returns ``(loss tensor, {grad_s, reduce_s, update_s})``."""
+
+    def __init__(self, step):
+        self.grads, self.reduce, self.update = _grad_cell(step), step.grad_reducer, step.optimizer
+        self.weights, self.compiled = step.weights, False
+        self.grads.set_train()
+
+    def _zero_grads(self):
+        import mindspore as ms
+        import numpy as np
+
+        return tuple(ms.Tensor(np.zeros(p.shape, ms.dtype_to_nptype(p.dtype))) for p in self.weights)
+
+    def compile(self, *batch) -> None:
+        """Compile the three graphs without running them (``Cell.compile``: what ``Cell.__call__`` compiles first,
+        ``compile_and_run`` in ``mindspore/nn/cell.py``), so no sampled step carries a compilation."""
+        from mindspore import nn
+
+        self.grads.compile(*batch)
+        zeros = self._zero_grads()
+        if isinstance(self.reduce, nn.Cell):
+            self.reduce.compile(zeros)
+        self.update.compile(zeros)
+        self.compiled = True
+
+    def __call__(self, *batch):
+        from mindspore import runtime
+
+        t0 = time.perf_counter()
+        loss, grads = self.grads(*batch)
+        runtime.synchronize()
+        t1 = time.perf_counter()
+        grads = self.reduce(grads)
+        runtime.synchronize()
+        t2 = time.perf_counter()
+        self.update(grads)
+        runtime.synchronize()
+        t3 = time.perf_counter()
+        return loss, {"grad_s": t1 - t0, "reduce_s": t2 - t1, "update_s": t3 - t2}
+
+
+def split_step_for(step, steps: int, cache: dict) -> tuple[SplitStep | None, int]:
+    """The split form of ``step`` (built once per step cell, kept in ``cache``) and the sampling period; ``None``
+    when the step cannot be split or the split is off."""
+    every = split_every(steps)
+    if not every or not splittable(step):
+        return None, 0
+    if id(step) not in cache:
+        cache[id(step)] = SplitStep(step)
+    return cache[id(step)], every

@@ -1,0 +1,64 @@
+"""Chapter 04's first look (helpers.topics.first_look) on canned step records: the per-rank split, its
+communication share, its agreement with a profiler's share, and what the chapter records."""
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from helpers.job.straggler import straggler_verdict
+from helpers.topics.first_look import first_look_values, plot_first_look, read_first_look
+from tests.unit.test_straggler import GRAD, NET, UPDATE, job
+
+
+def fake(steps):
+    return SimpleNamespace(steps=steps, straggler=straggler_verdict(steps), run_dir="run")
+
+
+def test_the_first_look_reads_the_split_steps_and_its_comm_share():
+    look = read_first_look(fake(job(every=1)))
+    comm = look.seconds[:, 2] / look.seconds.sum(axis=1)
+    assert look.comm_share == pytest.approx(comm.mean()) and 0 < look.comm_share < NET / (GRAD + NET + UPDATE) + 0.05
+    rows = look.rows()
+    assert len(rows) == 8 and rows[0][0] == 0 and rows[0][-1] == pytest.approx(comm[0])
+    values = first_look_values(look, profiler_comm_share=look.comm_share + 0.03)
+    assert values["first_look_agreement"] == pytest.approx(0.03) and values["first_look_verdict"]["rank"] is None
+    json.dumps(values)
+    assert "no straggler" in __import__("helpers.output.plots", fromlist=["describe"]).describe(plot_first_look(look))
+
+
+def test_a_job_without_split_steps_has_no_first_look():
+    with pytest.raises(ValueError, match="COURSE_TIME_SPLIT_EVERY"):
+        read_first_look(fake(job(every=10**6)))
+
+
+def test_the_straggler_shows_in_the_communication_of_the_others():
+    look = read_first_look(fake(job(every=1, slow=2, delay=0.3, cause="compute")))
+    assert look.verdict.rank == 2 and look.seconds[2, 1] > GRAD + 0.25
+    assert np.delete(look.seconds[:, 2], 2) == pytest.approx(np.full(7, 0.3 + NET), rel=0.1)
+
+
+def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_step(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.chapters import step_profile as S
+    from tests.unit.chapter_cases import capture_shown
+
+    shown = capture_shown(monkeypatch, S)
+    asked = {}
+
+    def run(name, **changes):
+        asked.update(changes, name=name)
+        return fake(job(every=1, slow=1, delay=0.3))
+
+    ch = SimpleNamespace(run=run, base=SimpleNamespace(profile_skip_steps=3, env={"A": "1"}))
+    look = S.first_look(ch)
+    assert asked == {"name": "first_look", "profile": False, "steps": 4,
+                     "env": {"A": "1", "COURSE_TIME_SPLIT_EVERY": "1"}}
+    (rows, headers), verdict = shown
+    assert headers[1:5] == ["data (s)", "compute (s)", "communication (s)", "other (s)"] and len(rows) == 8
+    assert "straggler: rank 1" in verdict and "cause data" in verdict
+    diff = S.compare_first_look(look, SimpleNamespace(profile=SimpleNamespace(comm_share=look.comm_share - 0.05)))
+    assert diff == pytest.approx(0.05) and shown[-1][0][2] == ("absolute difference", diff)
