@@ -275,10 +275,16 @@ def test_msrun_failing_before_any_worker_quotes_its_scheduler(ci_config, tmp_pat
         t0 = time.time()
         with pytest.raises(JobFailed) as info:
             run_job(small(ci_config, master_port=busy.getsockname()[1]), progress="none", run_root=tmp_path)
+    raised = time.time()
     err = info.value
     assert err.kind == "crash" and err.rank is None, str(err)
     assert "before any worker started" in str(err)
     assert "tcp server" in err.log_tail.lower(), err.log_tail
-    print(f"msrun's failure reported {time.time() - t0:.1f} s after the call")
-    assert time.time() - t0 < 30
+    # msrun's own start and failure take 15-40 s on 2 busy cores (the same before and after the launcher seam,
+    # measured alternately at load 25): the launcher's part is the time from msrun's last log line to the raise
+    msrun_done = max(f.stat().st_mtime for f in Path(err.run_dir).glob("msrun*.log"))
+    print(f"msrun's failure reported {raised - t0:.1f} s after the call, {raised - msrun_done:.1f} s after msrun's "
+          "last log line")
+    assert raised - msrun_done < 20         # msrun's own teardown (ending the ranks it started) is in it
+    assert raised - t0 < 90
     assert not left(marker)
