@@ -186,3 +186,12 @@ def rank_time_split(steps: dict[int, list[dict]]) -> tuple[list[int], np.ndarray
     parts = [a["data_s"], a["grad_s"], a["reduce_s"]]
     rest = np.clip(a["step_s"] - sum(parts), 0.0, None)
     return ranks, np.stack([p.mean(axis=1) for p in parts + [rest]], axis=1), split
+
+
+def step_comm_shares(steps: dict[int, list[dict]]) -> np.ndarray:
+    """Per sampled split step, the ranks' mean communication share of the step: its step-to-step spread is the
+    noise any comparison of the share must allow for. Empty when the job has no split steps."""
+    ranks, a = _aligned(steps, "reduce_s") if len(steps) > 1 else ([], {})
+    if not ranks or a["reduce_s"].shape[1] == 0:
+        return np.zeros(0)
+    return np.nanmean(a["reduce_s"] / a["step_s"], axis=0)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers.job.launch import JobResult
-from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, rank_time_split
+from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, rank_time_split, step_comm_shares
 from helpers.output.plots import time_split_bars
 from helpers.train.time_split import SPLIT_EVERY_ENV
 
@@ -17,17 +17,24 @@ EVERY_STEP = {SPLIT_EVERY_ENV: "1"}   # the first look splits every step after t
 
 @dataclass
 class FirstLook:
-    """Per rank, mean seconds per step in ``SPLIT_PARTS`` over the job's split steps, and the straggler verdict."""
+    """Per rank, mean seconds per step in ``SPLIT_PARTS`` over the job's split steps, the straggler verdict, and
+    per split step the ranks' mean communication share."""
 
     result: JobResult
     verdict: StragglerVerdict
     ranks: list[int]
     seconds: np.ndarray
+    step_shares: np.ndarray
 
     @property
     def comm_share(self) -> float:
         """Communication over the step, the ranks' mean (as ``JobProfile.comm_share``)."""
         return float(np.mean(self.seconds[:, 2] / self.seconds.sum(axis=1)))
+
+    @property
+    def comm_share_spread(self) -> float:
+        """Standard deviation of the communication share from one split step to the next (0 with one step)."""
+        return float(np.std(self.step_shares, ddof=1)) if len(self.step_shares) > 1 else 0.0
 
     def rows(self) -> list[tuple]:
         """(rank, data, compute, communication, other, comm share) per rank."""
@@ -41,7 +48,7 @@ def read_first_look(result: JobResult) -> FirstLook:
     ranks, seconds, split = rank_time_split(result.steps)
     if not split:
         raise ValueError(f"{result.run_dir}: no split steps to read (was {SPLIT_EVERY_ENV} set in the job's env?)")
-    return FirstLook(result, result.straggler, ranks, seconds)
+    return FirstLook(result, result.straggler, ranks, seconds, step_comm_shares(result.steps))
 
 
 def plot_first_look(look: FirstLook):
@@ -53,5 +60,6 @@ def plot_first_look(look: FirstLook):
 def first_look_values(look: FirstLook, profiler_comm_share: float) -> dict:
     """What chapter 04 records of the first look: its split, its verdict, its agreement with the profiler."""
     return dict(first_look_comm_share=look.comm_share, first_look_agreement=abs(look.comm_share - profiler_comm_share),
+                first_look_spread=look.comm_share_spread,
                 first_look_verdict=look.verdict.as_dict(), first_look_split=[list(r) for r in look.rows()],
                 first_look_steps=look.verdict.steps)

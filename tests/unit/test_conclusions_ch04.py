@@ -204,20 +204,26 @@ def test_a_missing_figure_is_an_error_not_a_silent_claim(missing):
         ch04.build(r)
 
 
-def first_look(share=0.50, straggler=None):
+def first_look(share=0.50, straggler=None, spread=0.0):
     v = dict(rank=straggler, node="vm" if straggler is not None else None, cause="data" if straggler is not None
              else None, wait_s=0.3 if straggler is not None else 0.0, wait_share=0.4 if straggler is not None else 0.0,
              lead_s=0.3, last_share=1.0, spread_s=0.012, spread_share=0.02, steps=2, method="split")
     return dict(ci_results(), first_look_comm_share=share, first_look_agreement=abs(share - 0.54),
-                first_look_verdict=v, first_look_split=[], first_look_steps=2)
+                first_look_verdict=v, first_look_split=[], first_look_steps=2, first_look_spread=spread)
 
 
 def test_first_look_agreement_holds_from_the_numbers_both_outcomes():
     c = by_id(first_look(0.50))["first_look_agrees_with_profiler"]
     assert c.holds is True and "50% of the step" in c.text and "54%" in c.text and "4.0 points apart" in c.text
     c = by_id(first_look(0.30))["first_look_agrees_with_profiler"]
-    assert c.holds is False and "24.0 points apart, more than 15" in c.text
+    assert c.holds is False and "24.0 points apart, more than 15.0" in c.text
     assert by_id(first_look(0.41))["first_look_agrees_with_profiler"].holds is True      # 13 points: ci's spread
+
+
+def test_first_look_agreement_allows_for_the_splits_own_noise_and_no_more():
+    c = by_id(first_look(0.30, spread=0.05))["first_look_agrees_with_profiler"]
+    assert c.holds is True and "within 25.0 (15 points plus twice the split's step-to-step spread of 5.0)" in c.text
+    assert by_id(first_look(0.30, spread=0.04))["first_look_agrees_with_profiler"].holds is False
 
 
 def test_first_look_verdict_is_an_observation_naming_the_rank_or_the_spread():

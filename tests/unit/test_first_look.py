@@ -62,3 +62,10 @@ def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_ste
     assert "straggler: rank 1" in verdict and "cause data" in verdict
     diff = S.compare_first_look(look, SimpleNamespace(profile=SimpleNamespace(comm_share=look.comm_share - 0.05)))
     assert diff == pytest.approx(0.05) and shown[-1][0][2] == ("absolute difference", diff)
+
+
+def test_the_first_look_measures_its_own_step_to_step_spread():
+    look = read_first_look(fake(job(every=1)))
+    assert len(look.step_shares) >= 2 and look.comm_share_spread >= 0
+    assert look.comm_share_spread == pytest.approx(np.std(look.step_shares, ddof=1))
+    assert first_look_values(look, 0.5)["first_look_spread"] == look.comm_share_spread
