@@ -128,19 +128,18 @@ def prepare(preset: str, rehearse: bool, progress: str = "auto", *, steps=None, 
 def first_look(ch: Chapter) -> FirstLook | None:
     """The baseline's config without the profiler, every step after the first split by the job itself; shows each
     rank's split (a table and a stacked bar per rank) and the straggler verdict. None, with the reason shown, when
-    the job's train step is not one the time split can take apart (a loss-scale cell: the gpu8 recipe's AMP O2)."""
+    the job recorded no split steps (a train step the split does not take apart: accumulation, the hybrid step)."""
     import matplotlib.pyplot as plt
 
-    job = ch.run("first_look", profile=False, steps=max(4, ch.base.profile_skip_steps + 1),
+    job = ch.run("first_look", profile=False, steps=max(6, ch.base.profile_skip_steps + 1),
                  env={**ch.base.env, **EVERY_STEP})
     try:
         look = read_first_look(job)
     except ValueError as e:
         if "no split steps" not in str(e):
             raise
-        show_md(f"**No first look for this run:** its train step (AMP {ch.base.amp_level}"
-                f"{', dynamic loss scale' if ch.base.amp_level != 'O0' else ''}) is not one the time split takes "
-                f"apart yet, so its verdict comes from data wait alone: {job.straggler.line()}")
+        show_md(f"**No first look for this run:** its train step is not one the time split takes apart, so its "
+                f"verdict comes from data wait alone: {job.straggler.line()}")
         return None
     show_table(look.rows(), list(look.HEADERS))
     show_md(f"**Verdict:** {look.verdict.line()}")
