@@ -3,8 +3,9 @@
 The fused train step is one graph in GRAPH mode, so its compute and its communication cannot be told apart from the
 host. A sampled step does the same work as separate graphs and times each after ``mindspore.runtime.synchronize``:
 ``grad_s`` (forward and backward until the gradients are ready), ``reduce_s`` (the gradient AllReduce, including the
-wait for the slowest rank: this rank's share of the straggler's cost) and ``update_s`` (the optimizer). The other
-steps stay fused (on a card the AllReduce overlaps the backward there). ``helpers.job.straggler`` reads the records.
+wait for the slowest rank: this rank's share of the straggler's cost) and ``update_s`` (the optimizer; under a loss
+scale also its overflow check, one flag summed over ranks). The other steps stay fused (on a card the AllReduce
+overlaps the backward there). ``helpers.job.straggler`` reads the records.
 """
 
 from __future__ import annotations
@@ -21,6 +22,14 @@ WHEEL_ASSUMES = {
                                 "grads = self.grad(self.network, self.weights)(*inputs, sens)",
                                 "grads = self.grad_no_sens(self.network, self.weights)(*inputs)",
                                 "grads = self.grad_reducer(grads)", "loss = ops.depend(loss, self.optimizer(grads))"),
+    "nn/wrap/loss_scale.py": ("_grad_scale = ops.MultitypeFuncGraph(\"grad_scale\")",
+                              "status = Tensor([0] * 8, mstype.int32)",
+                              "scaling_sens_filled = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))",
+                              "grads = self.grad(self.network, weights)(*inputs, scaling_sens_filled)",
+                              "grads = self.hyper_map(ops.partial(_grad_scale, scaling_sens), grads)",
+                              "cond = self.get_overflow_status(status, grads)",
+                              "overflow = self.process_loss_scale(cond)",
+                              "loss = ops.depend(loss, self.optimizer(grads))", "return loss, cond, scaling_sens"),
     "nn/cell.py": ("def compile_and_run(self, *args, **kwargs):", "self.compile(*args, **kwargs)"),
     "runtime/stream.py": ("def synchronize():",),
 }
@@ -43,12 +52,67 @@ def is_split_step(i: int, every: int) -> bool:
 
 
 def splittable(step) -> bool:
-    """Only the stock ``nn.TrainOneStepCell`` (O0, AMP without a dynamic loss scale): loss-scale cells, gradient
-    accumulation and the hybrid step keep their own graphs, and their steps are not split."""
+    """The stock ``nn.TrainOneStepCell`` (O0, AMP without a dynamic loss scale) and a loss-scale cell running the
+    stock ``TrainOneStepWithLossScaleCell.construct`` (AMP with a dynamic scale; its overflow check may be its own):
+    gradient accumulation and the hybrid step keep their own graphs, and their steps are not split."""
     from mindspore import nn
 
-    return (type(step) is nn.TrainOneStepCell and not step.return_grad
-            and not getattr(step, "use_graceful_exit", False))
+    if getattr(step, "use_graceful_exit", False):
+        return False
+    if type(step) is nn.TrainOneStepCell:
+        return not step.return_grad
+    return (isinstance(step, nn.TrainOneStepWithLossScaleCell)
+            and type(step).construct is nn.TrainOneStepWithLossScaleCell.construct)
+
+
+def _is_loss_scale(step) -> bool:
+    from mindspore import nn
+
+    return isinstance(step, nn.TrainOneStepWithLossScaleCell)
+
+
+def _scaled_grad_cell(step):
+    """``(loss, grads)`` as ``TrainOneStepWithLossScaleCell.construct`` computes them: the loss scaled by
+    ``scale_sense`` into the backward, the gradients unscaled (mindspore/nn/wrap/loss_scale.py)."""
+    from mindspore import nn, ops
+    from mindspore.nn.wrap.loss_scale import _grad_scale
+
+    class ScaledGrads(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.network, self.weights, self.scale_sense = step.network, step.weights, step.scale_sense
+            self.grad, self.hyper_map = ops.GradOperation(get_by_list=True, sens_param=True), ops.HyperMap()
+
+        def construct(self, *inputs):
+            loss = self.network(*inputs)
+            scaling_sens = self.scale_sense
+            filled = ops.ones_like(loss) * ops.cast(scaling_sens, ops.dtype(loss))
+            grads = self.grad(self.network, self.weights)(*inputs, filled)
+            return loss, self.hyper_map(ops.partial(_grad_scale, scaling_sens), grads)
+
+    return ScaledGrads()
+
+
+def _scaled_update_cell(step):
+    """The loss-scale cell's tail on reduced gradients: its own overflow check (summed over ranks), the scale
+    update, and the optimizer unless a gradient overflowed; returns ``(overflow, scale)``."""
+    from mindspore import Tensor, nn, ops
+    from mindspore.common import dtype as mstype
+
+    class ScaledUpdate(nn.Cell):
+        def __init__(self):
+            super().__init__(auto_prefix=False)
+            self.step = step
+
+        def construct(self, grads):
+            status = Tensor([0] * 8, mstype.int32)
+            cond = self.step.get_overflow_status(status, grads)
+            overflow = self.step.process_loss_scale(cond)
+            if not overflow:
+                cond = ops.depend(cond, self.step.optimizer(grads))
+            return cond, self.step.scale_sense
+
+    return ScaledUpdate()
 
 
 def _grad_cell(step):
@@ -80,10 +144,14 @@ def _grad_cell(step):
 
 class SplitStep:
     """``step``'s work as three graphs; ``compile(batch)`` builds them ahead (call it in step 0, which compiles
-    anyway), ``__call__(*batch)`` trains one step and returns ``(loss tensor, {grad_s, reduce_s, update_s})``."""
+    anyway), ``__call__(*batch)`` trains one step and returns ``(output, {grad_s, reduce_s, update_s})``, the output
+    as the fused step's (a loss, or a loss-scale cell's ``(loss, overflow, scale)``)."""
 
     def __init__(self, step):
-        self.grads, self.reduce, self.update = _grad_cell(step), step.grad_reducer, step.optimizer
+        self.scaled = _is_loss_scale(step)
+        self.grads = _scaled_grad_cell(step) if self.scaled else _grad_cell(step)
+        self.reduce = step.grad_reducer
+        self.update = _scaled_update_cell(step) if self.scaled else step.optimizer
         self.weights, self.compiled = step.weights, False
         self.grads.set_train()
 
@@ -115,10 +183,10 @@ class SplitStep:
         grads = self.reduce(grads)
         runtime.synchronize()
         t2 = time.perf_counter()
-        self.update(grads)
+        tail = self.update(grads)
         runtime.synchronize()
         t3 = time.perf_counter()
-        return loss, {"grad_s": t1 - t0, "reduce_s": t2 - t1, "update_s": t3 - t2}
+        return (loss, *tail) if self.scaled else loss, {"grad_s": t1 - t0, "reduce_s": t2 - t1, "update_s": t3 - t2}
 
 
 def split_step_for(step, steps: int, cache: dict) -> tuple[SplitStep | None, int]:

@@ -58,3 +58,5 @@ def test_04_rehearsal(fake_imagenet, tmp_path):
     # ResNet-50: one AllReduce per gradient tensor (162) unfused; "auto" fusion buckets ~100 MB of gradients by size
     assert 1 <= r["allreduce_per_step"]["fused"] < r["allreduce_per_step"]["baseline"]
     assert set(r["amp_step_time_s"]) == {"O0", "O1", "O2", "O3"}
+    # the gpu8 recipe's loss-scale step is split like any other: the first look has its own split steps
+    assert r["first_look_verdict"]["method"] == "split" and r["first_look_steps"] >= 3

@@ -80,3 +80,39 @@ def test_a_job_that_splits_steps_caches_its_graphs_apart():
     env = {SPLIT_EVERY_ENV: "2"}
     split_cache_folder(JobConfig(steps=5), env)                 # no cache: nothing to move
     assert CACHE_PATH_ENV not in env
+
+
+@pytest.mark.parametrize("amp_level", ["O2", "O3"])
+def test_a_loss_scale_step_splits_and_trains_like_its_fused_step(tmp_path, monkeypatch, amp_level):
+    """The gpu8 recipe's step (a dynamic loss scale; on CPU the course's own overflow check): same losses, scale and
+    weights split or fused, and the sampled steps carry the three parts and the overflow flag."""
+    changes = dict(amp_level=amp_level, loss_scale="dynamic")
+    fused, w_fused = _run(tmp_path, "0", monkeypatch, "ls_fused", **changes)
+    split, w_split = _run(tmp_path, "2", monkeypatch, "ls_split", **changes)
+    assert ["reduce_s" in r for r in split] == [False, True, False, True, False]
+    assert [r["loss"] for r in split] == pytest.approx([r["loss"] for r in fused], rel=1e-3)
+    assert [(r["overflow"], r["loss_scale"]) for r in split] == [(r["overflow"], r["loss_scale"]) for r in fused]
+    for a, b in zip(w_fused, w_split):
+        np.testing.assert_allclose(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_an_overflowing_split_step_halves_the_scale_and_leaves_the_weights():
+    import mindspore as ms
+    from mindspore import nn, ops
+
+    from helpers.train.recipe import DYNAMIC_LOSS_SCALE, cpu_loss_scale_cell
+    from helpers.train.time_split import SplitStep, splittable
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    net = nn.Dense(4, 3)
+    manager = ms.amp.DynamicLossScaleManager(**DYNAMIC_LOSS_SCALE)
+    step = cpu_loss_scale_cell()(nn.WithLossCell(net, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")),
+                                 nn.Momentum(net.trainable_params(), 0.1, 0.9), scale_sense=manager.get_update_cell())
+    assert splittable(step)
+    part = SplitStep(step)
+    before = net.weight.asnumpy().copy()
+    infinite = tuple(ops.fill(p.dtype, p.shape, float("inf")) for p in part.weights)
+    overflow, scale = part.update(part.reduce(infinite))
+    assert bool(overflow.asnumpy()) and float(scale.asnumpy()) == DYNAMIC_LOSS_SCALE["init_loss_scale"] / 2
+    np.testing.assert_array_equal(net.weight.asnumpy(), before)
