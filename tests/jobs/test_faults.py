@@ -10,31 +10,18 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from pathlib import Path
 
 import psutil
 import pytest
 
 from helpers.core.errors import JobFailed
-from helpers.job.processes import end_orphan_job, processes_with_env
+from helpers.job.processes import end_orphan_job
 from helpers.job.launch import run_job
 from helpers.core.metrics import read_records
+from tests.job_marks import left, marker  # noqa: F401 (marker is a fixture)
 
 pytestmark = pytest.mark.jobs
-MARK = "COURSE_TEST_FAULT"
-
-
-@pytest.fixture()
-def marker(monkeypatch):
-    """A value every process the test's job starts carries in its environment (the launcher copies os.environ)."""
-    value = uuid.uuid4().hex
-    monkeypatch.setenv(MARK, value)
-    return value
-
-
-def left(marker: str) -> list:
-    return processes_with_env(MARK, marker)
 
 
 def worker_of(marker: str, rank: int, timeout: float = 120) -> psutil.Process:

@@ -8,24 +8,9 @@ import pytest
 
 from helpers.core.errors import JobFailed
 from helpers.job.launch import run_job
-from helpers.job.processes import processes_with_env
+from tests.job_marks import left, marker  # noqa: F401 (marker is a fixture)
 
 pytestmark = [pytest.mark.slurm, pytest.mark.xdist_group("slurm")]
-MARK = "COURSE_TEST_SLURM"
-
-
-@pytest.fixture()
-def marker(monkeypatch):
-    """A value every process of the test's job carries (sbatch exports the submitting environment)."""
-    import uuid
-
-    value = uuid.uuid4().hex
-    monkeypatch.setenv(MARK, value)
-    return value
-
-
-def left(marker: str) -> list:
-    return processes_with_env(MARK, marker)
 
 
 def on_slurm(cfg, nodes=2, **slurm):
