@@ -261,6 +261,24 @@ def startup_rows(rows: Rows) -> None:
                      f"{lv.get('same_losses_as_default')}")
 
 
+def startup_env_rows(rows: Rows) -> None:
+    """``benchmarks.startup --empty-env``: the course's 1 s heartbeat against MindSpore's default, from its logs."""
+    d = rows.results.get("startup_env")
+    if not d:
+        return
+    on, off = (get_in(d, side, "all_ranks_through_init_s", "median") for side in ("without", "with"))
+    if on and off:
+        env = ", ".join(f"{k}={v}" for k, v in d.get("env", {}).items())
+        rows.add("every rank through init() after the last registration: course heartbeat 1 s / " + env,
+                 on / off, "", "startup_env",
+                 f"{on:.2f} s vs {off:.2f} s, medians of {d.get('repeats')} alternated empty 8-rank jobs timed from "
+                 f"MindSpore's INFO logs; last rank out of the cluster build "
+                 f"{get_in(d, 'without', 'last_rank_out_of_build_s', 'median')} s vs "
+                 f"{get_in(d, 'with', 'last_rank_out_of_build_s', 'median')} s; then "
+                 f"{get_in(d, 'without', 'address_sleeps', 'median')} of 8 ranks sleep a fixed 3 s in the CPU "
+                 "collectives' address exchange (sleep(3) in ms_collective_node.cc; no setting shortens it)")
+
+
 def phase_rows(rows: Rows) -> None:
     """``benchmarks.sampler_phases``: chapter 01's splits as phases of one job against one job each."""
     d = rows.results.get("sampler_phases")
@@ -356,8 +374,8 @@ def training_rows(rows: Rows) -> None:
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
 
 
-ROW_MAKERS = (comparison_rows, course_rows, startup_rows, phase_rows, pytorch_rows, knob_rows, launch_and_data_rows,
-              training_rows)
+ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, phase_rows, pytorch_rows, knob_rows,
+              launch_and_data_rows, training_rows)
 
 
 def goal_rows(results: dict[str, dict]) -> list[Row]:

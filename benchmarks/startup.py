@@ -2,15 +2,18 @@
 compile cache, and MindSpore's jit levels on CPU (compile seconds, step time, same losses?).
 
     python -m benchmarks.startup [--repeats 3] [--preset ci]
+    python -m benchmarks.startup --empty-env MS_RETRY_INTERVAL_LOWER=3 --empty-env MS_RETRY_INTERVAL_UPPER=5
 
 Each part alternates its variants ``--repeats`` times in this one run; medians and ranges go to
-``benchmarks/results/startup.json``.
+``benchmarks/results/startup.json``. With ``--empty-env`` only the empty job runs, alternated with and without
+those variables (ABBA order), into ``results/startup_env.json``: how a MindSpore setting moves the start-up floor.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import statistics
 import tempfile
@@ -21,11 +24,20 @@ import numpy as np
 
 from benchmarks._jobs import save
 from helpers.core.config import job_config
+from helpers.core.errors import ConfigError
 from helpers.core.fresh_python import call_fresh
 from helpers.job.launch import run_job
 
 PROBE = ("-m", "benchmarks.startup_probe")
 JIT_LEVELS = ("", "O0", "O1")      # "" = MindSpore's own choice
+# MindSpore 2.10's INFO lines (GLOG_v=1) that time init(): (text, the wheel file printing it; pinned in
+# tests/contract/test_startup_wheel.py). The scheduler logs the first when every rank has registered; a rank logs
+# the second when its own heartbeat has told it so; the third precedes each fixed sleep(3) of mccl's address
+# exchange (ms_collective_node.cc FetchNodeAddress: a peer's address not registered yet, no setting shortens it).
+TOPOLOGY_BUILT = ("The cluster topology has been constructed successfully", "lib/libmindspore_cluster.so")
+RANK_OUT_OF_BUILD = ("Cluster is successfully initialized.", "lib/libmindspore_cluster.so")
+ADDRESS_SLEEP = (" to be registered, retry ", "lib/libmindspore_cpu.so")
+_LOG_TIME = re.compile(r"(\d{4}-\d\d-\d\d-\d\d:\d\d:\d\d)\.(\d{3})\.(\d{3})")
 
 
 def _stats(values) -> dict:
@@ -33,10 +45,14 @@ def _stats(values) -> dict:
             "max": round(max(values), 3), "runs": [round(v, 3) for v in values]}
 
 
-def empty_job(root: Path, world_size: int = 8) -> dict:
+def empty_job(root: Path, world_size: int = 8, env: dict | None = None, glog_v: int | None = None) -> dict:
     """One 8-rank job that only imports MindSpore and calls ``init()``: wall seconds and where they went. The import
-    floor is the CPU seconds of one import times the job's processes (ranks + msrun's scheduler) over the cores."""
+    floor is the CPU seconds of one import times the job's processes (ranks + msrun's scheduler) over the cores.
+    ``init_after_last_import_s`` (last rank out of ``init()`` minus last rank done importing) is MindSpore's own
+    cluster build and address exchange, the part an environment variable could move; ``env`` is added to the job's.
+    With ``glog_v=1`` MindSpore's INFO logs split that part further (``cluster_wait``)."""
     cfg = job_config("ci", name="empty", task="noop", world_size=world_size, global_batch=8 * world_size)
+    cfg = cfg.replace(env={**cfg.env, **(env or {})}, **({"glog_v": glog_v} if glog_v is not None else {}))
     res = run_job(cfg, progress="none", run_root=root, worker=PROBE)
     t_launch = (res.run_dir / "config.json").stat().st_mtime        # written just before msrun starts
     s = [res.summaries[r] for r in res.ranks]
@@ -48,7 +64,30 @@ def empty_job(root: Path, world_size: int = 8) -> dict:
             "import_floor_s": statistics.median(x["import_cpu_s"] for x in s) * (world_size + 1) / os.cpu_count(),
             "init_s": statistics.median(x["t_init"] - x["t_imported"] for x in s),
             "init_spread_s": max(x["t_init"] for x in s) - min(x["t_init"] for x in s),
-            "last_rank_ready_s": ready, "after_last_rank_ready_s": res.wall_s - ready}
+            "init_after_last_import_s": max(x["t_init"] for x in s) - max(x["t_imported"] for x in s),
+            "last_rank_ready_s": ready, "after_last_rank_ready_s": res.wall_s - ready,
+            **(cluster_wait(res.run_dir / "logs", [x["t_init"] for x in s]) if glog_v == 1 else {})}
+
+
+def _log_times(path: Path, text: str) -> list[float]:
+    """Epoch seconds of the lines of one MindSpore log that contain ``text`` (its stamps are local time)."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        m = _LOG_TIME.search(line) if text in line else None
+        if m:
+            out.append(time.mktime(time.strptime(m.group(1), "%Y-%m-%d-%H:%M:%S")) + int(m.group(2) + m.group(3)) / 1e6)
+    return out
+
+
+def cluster_wait(log_dir: Path, t_init: list[float]) -> dict:
+    """From one job's INFO logs: seconds from the scheduler's "every rank registered" to the last rank out of the
+    cluster build (its heartbeat interval decides) and to the last rank out of ``init()`` (``t_init``), and how
+    many fixed 3 s sleeps the ranks took in the address exchange."""
+    t_built = min(_log_times(log_dir / "scheduler.log", TOPOLOGY_BUILT[0]))
+    workers = sorted(log_dir.glob("worker_*.log"))
+    out = [max(_log_times(w, RANK_OUT_OF_BUILD[0])) for w in workers]
+    return {"last_rank_out_of_build_s": max(out) - t_built, "all_ranks_through_init_s": max(t_init) - t_built,
+            "address_sleeps": sum(len(_log_times(w, ADDRESS_SLEEP[0])) for w in workers)}
 
 
 def first_step(root: Path, cache: Path, cold: bool, preset: str = "ci") -> dict:
@@ -90,12 +129,44 @@ def time_jit_level(level: str, width: float = 0.125, image_size: int = 32, batch
     return {"first_step_s": first, "step_s": float(np.median(times)), "losses": losses}
 
 
+def parse_env(pairs: list[str]) -> dict:
+    """``["NAME=VALUE", ...]`` -> ``{"NAME": "VALUE"}``; a pair without ``=`` is a ConfigError naming it."""
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise ConfigError(f"--empty-env takes NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def empty_env_ab(env: dict, repeats: int) -> dict:
+    """The empty job without and with ``env``, alternated ABBA ``repeats`` times each, with MindSpore's INFO logs:
+    medians, ranges and the ratios with/without of the wall time, of ``init_after_last_import_s`` and of the
+    seconds from "every rank registered" to every rank through ``init()`` (the cores are shared: only alternated
+    runs compare, and the last one least depends on how busy they are)."""
+    runs = {"without": [], "with": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        for i in range(repeats):
+            for name in (("without", "with") if i % 2 == 0 else ("with", "without")):
+                runs[name].append(empty_job(Path(tmp), env=env if name == "with" else None, glog_v=1))
+    stats = {name: {k: _stats([r[k] for r in rs]) for k in rs[0]} for name, rs in runs.items()}
+    ratio = {k: round(stats["with"][k]["median"] / stats["without"][k]["median"], 3)
+             for k in ("wall_s", "init_after_last_import_s", "all_ranks_through_init_s")}
+    return {"repeats": repeats, "env": env, "ratio_with_over_without": ratio, **stats}
+
+
 def main(argv=None) -> dict:
-    """Run the three parts alternated ``--repeats`` times; print and save ``results/startup.json``."""
+    """Run the three parts alternated ``--repeats`` times; print and save ``results/startup.json`` (or, with
+    ``--empty-env``, only the empty job with and without those variables into ``results/startup_env.json``)."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--preset", default="ci")
+    ap.add_argument("--empty-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="only the empty job, alternated without and with this variable (repeatable)")
     args = ap.parse_args(argv)
+    if args.empty_env:
+        return save("startup_env", empty_env_ab(parse_env(args.empty_env), args.repeats))
     empty, cold, warm, jit = [], [], [], {lv or "default": [] for lv in JIT_LEVELS}
     with tempfile.TemporaryDirectory() as tmp:
         root, cache = Path(tmp), Path(tmp) / "compile_cache"

@@ -34,6 +34,7 @@ def find_msrun(bin_dir: str | os.PathLike | None = None) -> str:
     return path
 
 
+RETRY_INTERVAL_ENV = ("MS_RETRY_INTERVAL_LOWER", "MS_RETRY_INTERVAL_UPPER")   # MindSpore's heartbeat interval, s
 PORT_LOCK_DIR = Path(tempfile.gettempdir()) / "ms-course-ports"
 PORT_HOLD_S = 120.0     # a port handed out is not handed out again for this long (msrun binds it within seconds)
 
@@ -115,12 +116,15 @@ def job_env(cfg: JobConfig, job_id: str, base: dict | None = None, bin_dir: str 
     env[LAUNCHER_START_ENV] = repr(process_start(os.getpid()))
     code = str(code_root())                                  # workers import the helpers this launcher uses
     env["PYTHONPATH"] = os.pathsep.join([code] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
-    # MindSpore's cluster build retries (a worker asking the scheduler for its peers) and heartbeats every
-    # 3-5 s by default; at 1 s every rank is through init() ~4 s sooner (bare msrun, 8 ranks on 2 cores:
-    # 16-19 s -> 12-13 s), though a ci job's first step came only ~1 s sooner (the ranks then contend for the
-    # cores instead of waiting). A user's own setting wins.
-    env.setdefault("MS_RETRY_INTERVAL_LOWER", "1")
-    env.setdefault("MS_RETRY_INTERVAL_UPPER", "1")
+    # A rank learns that every rank has registered (the end of the cluster build in init()) only from its next
+    # heartbeat, sent every MS_RETRY_INTERVAL_LOWER..UPPER whole seconds (default 3..5, libmindspore_cluster.so).
+    # At 1 s the last rank is out 1.3 s after the last registration instead of 3.8 s, and every rank through
+    # init() 4.1 s after it instead of 6.7 s (8 ranks on 2 cores, medians of 3 alternated runs,
+    # benchmarks/results/startup_env.json); the 3 s left are a fixed sleep(3) in mccl's address exchange
+    # (libmindspore_cpu.so) that no setting shortens. A ci job's first step came only ~1 s sooner (the ranks
+    # then contend for the cores instead of waiting). A user's own setting wins.
+    for name in RETRY_INTERVAL_ENV:
+        env.setdefault(name, "1")
     if cfg.device_target == "CPU":
         env["OMP_NUM_THREADS"] = str(cfg.threads_per_rank)
         # A CPU collective waits 30 s for a peer by default (collective_ops_impl.h: kCollectiveCommTimeout), less
