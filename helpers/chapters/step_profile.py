@@ -23,9 +23,10 @@ from helpers.topics.merged_trace import write_merged_trace
 from helpers.topics.profiling import JobProfile, job_step_s, overhead_ratio, read_job_profile
 from helpers.train.models import build_model
 
-# Per preset: job length, which buckets the fusion sweep tries, how many ranks the AMP jobs use.
+# Per preset: job length, which buckets the fusion sweep tries, how many ranks the AMP jobs use; ``look_steps``
+# (default 4): the first look's length, 6 at ci so that 4 split steps are judged (2 were 16 points off the profiler).
 PLANS = {
-    "ci": dict(steps=5, profile_from=3, bucket_mb=[], index_bucket_kb=[], ids_with_fusion=False,
+    "ci": dict(steps=5, profile_from=3, look_steps=6, bucket_mb=[], index_bucket_kb=[], ids_with_fusion=False,
                amp_world_size=1, amp_steps=12, amp_profile_from=9),
     "cpu": dict(steps=12, profile_from=6, bucket_mb=[1], index_bucket_kb=[64, 512], ids_with_fusion=True,
                 amp_world_size=2, amp_steps=12, amp_profile_from=6),
@@ -131,7 +132,7 @@ def first_look(ch: Chapter) -> FirstLook | None:
     the job recorded no split steps (a train step the split does not take apart: accumulation, the hybrid step)."""
     import matplotlib.pyplot as plt
 
-    job = ch.run("first_look", profile=False, steps=max(6, ch.base.profile_skip_steps + 1),
+    job = ch.run("first_look", profile=False, steps=max(ch.plan.get("look_steps", 4), ch.base.profile_skip_steps + 1),
                  env={**ch.base.env, **EVERY_STEP})
     try:
         look = read_first_look(job)
