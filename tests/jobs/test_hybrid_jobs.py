@@ -24,7 +24,9 @@ from helpers.topics.strategy import checkpoint_arrays, merge_rank_checkpoints, r
 from helpers.train.strategy_file import read_strategy
 from helpers.train.strategy_layout import Layout, merge_shards
 
-pytestmark = pytest.mark.jobs
+# nightly: tests/notebooks/test_ch03.py runs the same mechanisms in the default run (hybrid = one-process reference
+# per step, shards merged bit for bit, resumed on another layout)
+pytestmark = [pytest.mark.jobs, pytest.mark.nightly]
 CLASSES = 12          # the 10 digit classes padded to 12, so 2 and 4 both divide them
 
 
