@@ -48,6 +48,7 @@ class ChapterRun:
     results: dict
     error: str = ""
     parameters: dict = field(default_factory=dict)     # what papermill passed the notebook
+    peak_host_mb: float = 0.0     # the kernel and everything it started, at their largest (helpers.core.footprint)
 
 
 def notebooks(only: list[str] | None = None) -> list[Path]:
@@ -95,6 +96,9 @@ def to_html(ipynb: Path) -> Path:
 def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -> ChapterRun:
     """Execute one notebook with papermill; a failure is recorded in the result, not raised."""
     import papermill as pm
+    import psutil
+
+    from helpers.core.footprint import sampling
 
     stem = path.stem
     executed = out / f"{stem}.ipynb"
@@ -104,14 +108,16 @@ def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -
     t0 = time.monotonic()
     error = ""
     try:
-        pm.execute_notebook(str(path), str(executed), cwd=str(path.parent), log_output=True,
-                            progress_bar=False, parameters=params)
+        with sampling(lambda: [c.pid for c in psutil.Process().children()]) as host:   # the kernel's tree
+            pm.execute_notebook(str(path), str(executed), cwd=str(path.parent), log_output=True,
+                                progress_bar=False, parameters=params)
     except Exception as exc:  # noqa: BLE001 - recorded on the index page, the run goes on
         error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
     seconds = time.monotonic() - t0
     page = to_html(executed) if executed.exists() else None
     results = json.loads(results_path.read_text()) if results_path.exists() else {}
-    return ChapterRun(stem, not error, seconds, str(executed), str(page or ""), results, error, params)
+    return ChapterRun(stem, not error, seconds, str(executed), str(page or ""), results, error, params,
+                      round(host.peak_mb, 1))
 
 
 def write_index(runs: list[ChapterRun], out: Path, preset: str, extra: dict | None = None) -> Path:
@@ -121,14 +127,16 @@ def write_index(runs: list[ChapterRun], out: Path, preset: str, extra: dict | No
         status = "✅" if r.ok else f"❌ {html.escape(r.error)}"
         res = html.escape(json.dumps(r.results, indent=1)) if r.results else "(no results recorded)"
         link = f'<a href="{Path(r.html).name}">{r.stem}</a>' if r.html else r.stem
-        rows.append(f"<tr><td>{link}</td><td>{status}</td><td>{r.seconds:.0f} s</td><td><pre>{res}</pre></td></tr>")
+        rows.append(f"<tr><td>{link}</td><td>{status}</td><td>{r.seconds:.0f} s</td><td>{r.peak_host_mb:.0f} MB</td>"
+                    f"<td><pre>{res}</pre></td></tr>")
     page = f"""<!doctype html><meta charset="utf-8"><title>Distributed ResNet with MindSpore: course run</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}
 table{{border-collapse:collapse}} pre{{margin:0;font-size:80%}}</style>
 <h1>Course run, preset <code>{preset}</code></h1>
 <p>{html.escape(run_label(preset, extra))}</p>
 <p>{time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores; total {sum(r.seconds for r in runs):.0f} s.</p>
-<table><tr><th>chapter</th><th>status</th><th>time</th><th>recorded results</th></tr>{''.join(rows)}</table>"""
+<table><tr><th>chapter</th><th>status</th><th>time</th><th>peak host memory</th><th>recorded results</th></tr>
+{''.join(rows)}</table>"""
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=2))
@@ -170,7 +178,7 @@ def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[
         run = run_chapter(path, preset, out, extra)
         runs.append(run)
         print(f"[{i}/{len(chapters)}] {path.name}: {'ok' if run.ok else 'FAILED: ' + run.error} "
-              f"in {run.seconds:.0f} s -> {run.html}", flush=True)
+              f"in {run.seconds:.0f} s, peak host memory {run.peak_host_mb:.0f} MB -> {run.html}", flush=True)
     index = write_index(runs, out, preset, extra)
     print(f"\nExecuted notebooks, HTML copies and results: {out}\nIndex page: {index}", flush=True)
     return runs

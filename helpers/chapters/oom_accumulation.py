@@ -13,6 +13,7 @@ from helpers.conclusions import ch02
 from helpers.core import memory_planner as memory
 from helpers.core.config import JobConfig, config_table, job_config
 from helpers.core.errors import JobFailed
+from helpers.job.host_memory import BUDGET_MB
 from helpers.job.launch import run_job
 from helpers.output.tables import show_md, show_table
 from helpers.topics import memory_scenarios as scenarios
@@ -24,18 +25,21 @@ from helpers.topics.memory_runs import (BASELINE_LABELS, MEMORY_LABELS, cap_belo
 # and only a full batch that outgrows the first block can be told from its micro-batch by an address-space cap);
 # 'rehearsal' is gpu8 rehearsed on CPU (ResNet-50 at 224 px, 2 ranks, the CPU memory cap; native 3x3 at 224 px
 # took ~17 s per step, hence its im2col grad check). The grad check and the sweep keep the preset's image size.
+# ``oom_ranks``: the ranks of the out-of-memory experiment on CPU (None: the preset's). Each rank of the full batch
+# holds ~1.65 GB of its own (it must outgrow a 1 GiB pool block), so 8 ranks took ~14 GB; 2 ranks (ci) and 4 (cpu)
+# keep the chapter within the host-memory budget (helpers.job.host_memory.BUDGET_MB: 6 GB ci, 10 GB cpu).
 PRESETS = {
     "ci": dict(batch_per_rank=96, accumulation_steps=4, steps=3, conv_impl="im2col", cap_margin_mb=256,
-               image_size=64, grad_check_ranks=2, grad_check_conv="native",
+               image_size=64, grad_check_ranks=2, grad_check_conv="native", oom_ranks=2,
                sweep=dict(batches=(16, 48, 96), arch=None, width=None, image_size=None)),
     "cpu": dict(batch_per_rank=48, accumulation_steps=4, steps=8, conv_impl="im2col", cap_margin_mb=256,
-                image_size=64, grad_check_ranks=2, grad_check_conv="native",
+                image_size=64, grad_check_ranks=2, grad_check_conv="native", oom_ranks=4,
                 sweep=dict(batches=(16, 32, 64), arch=None, width=None, image_size=None)),
     "gpu8": dict(batch_per_rank=64, accumulation_steps=4, steps=50, conv_impl="native", cap_margin_mb=None,
-                 image_size=None, grad_check_ranks=None, grad_check_conv="native",
+                 image_size=None, grad_check_ranks=None, grad_check_conv="native", oom_ranks=None,
                  sweep=dict(batches=(4, 8, 16), arch="resnet50", width=1.0, image_size=64)),
     "rehearsal": dict(batch_per_rank=8, accumulation_steps=4, steps=2, conv_impl="im2col", cap_margin_mb=128,
-                      image_size=None, grad_check_ranks=2, grad_check_conv="im2col",
+                      image_size=None, grad_check_ranks=2, grad_check_conv="im2col", oom_ranks=None,
                       sweep=dict(batches=(1, 2, 4), arch="resnet50", width=1.0, image_size=64)),
 }
 SIZE_KEYS = ("batch_per_rank", "accumulation_steps", "steps", "conv_impl", "cap_margin_mb", "image_size")
@@ -67,6 +71,7 @@ def chapter_sizes(preset: str, rehearse: bool = False, sweep_batches=None, **ove
         chosen["sweep"] = {**chosen["sweep"], "batches": tuple(sweep_batches)}
     size = {k: overrides.pop(k, None) or chosen[k] for k in SIZE_KEYS}
     arch = overrides.pop("arch", None) or ("resnet152" if preset == "gpu8" and not rehearse else None)
+    overrides["world_size"] = overrides.get("world_size") or chosen["oom_ranks"]   # within the host-memory budget
     model = job_config(preset, rehearse=rehearse, chapter="02", arch=arch, steps=size["steps"], **overrides)
     base = model.replace(image_size=size["image_size"] or model.image_size)
     per_rank, k = size["batch_per_rank"], size["accumulation_steps"]
@@ -229,6 +234,7 @@ class OomChapter:
         """Section 2: the full batch measured without a cap, then under a cap sized from it."""
         self.full = run_job(self.base.replace(name="full_batch", compile_cache=False), progress=self.progress)
         self.mem_full = m = job_memory(self.full)
+        self.host_mb = {"full_batch": self.full.peak_host_mb}
         show_table(*memory_rows(m))
         self.cap_mb = cap_mb_for(self.s, m, self.plan[("full batch", self.s.impl)].total_bytes)
         t0 = time.monotonic()
@@ -250,6 +256,7 @@ class OomChapter:
                                              micro_batch=self.s.micro, accumulation_steps=self.s.k,
                                              compile_cache=False), progress=self.progress)
         self.mem_acc = job_memory(self.acc)
+        self.host_mb["accumulated"] = self.acc.peak_host_mb
         mems = {"full_batch": self.mem_full, "accumulated": self.mem_acc}
         self.tp = {"full_batch": self.full.img_per_s(), "accumulated": self.acc.img_per_s()}
         # job_memory's measure: the device allocator on GPU/Ascend, RSS on CPU (peak_rss: the host's, always)
@@ -368,7 +375,8 @@ class OomChapter:
             batch_per_rank=self.s.per_rank, micro_batch=self.s.micro, accumulation_steps=self.s.k,
             accumulated_samples_per_step=int(np.median(self.acc.metric("samples"))), conv_impl=self.s.impl,
             memory_measured=self.memory, peak_mb=self.peak, activation_mb=self.act, peak_rss_mb=self.peak_rss,
-            throughput_img_s=self.tp, grad_check_ranks=int(self.gc_ranks),
+            throughput_img_s=self.tp, grad_check_ranks=int(self.gc_ranks), peak_host_mb=self.host_mb,
+            host_budget_mb=BUDGET_MB.get(self.preset) if not self.rehearse else None,
             **grad, planner_slope_mib_per_image=p["planner_slope_mib_per_image"],
             measured_slope_mib_per_image=p["measured_slope_mib_per_image"],
             planner_vs_measured_slope_ratio=p["planner_vs_measured_slope_ratio"], conv_kernels=self.conv_kernels,

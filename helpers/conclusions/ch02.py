@@ -226,7 +226,21 @@ def _published(r: dict) -> Claim:
         lo=min(slopes), hi=max(slopes), feats=feats, n=len(recipes), fit=fit)
 
 
+def _host_memory(r: dict) -> Claim:
+    """The experiment's host memory against the preset's budget (an observation without a budget: gpu8, rehearsal)."""
+    peak, budget = r.get("peak_host_mb") or {}, r.get("host_budget_mb")
+    worst = max(peak.values(), default=float("nan"))
+    return claim(
+        "host_memory_budget", None if not budget or not peak else bool(worst <= budget),
+        "The out-of-memory experiment ran on {ranks} ranks and its largest job took {worst:.0f} MB of host memory "
+        "at its peak (msrun, scheduler and ranks together; budget {budget}), enough to show one rank running out "
+        "and accumulation fitting.",
+        "The out-of-memory experiment's largest job took {worst:.0f} MB of host memory on {ranks} ranks, over the "
+        "preset's budget of {budget}: fewer ranks or a smaller batch per rank would keep the laptop's memory free.",
+        ranks=r["world_size"], worst=worst, budget=f"{budget} MB" if budget else "none at this preset")
+
+
 def build(r: dict) -> list[Claim]:
     """Every claim of chapter 02, in the order the chapter makes them."""
-    return [_published(r), _oom(r), _fits(r), _memory(r), _throughput(r), _no_bn(r), _bn_cause(r), _builtin(r), _slope(r),
-            _blog(r), _allocator(r), _model_kwarg(r)]
+    return [_published(r), _oom(r), _fits(r), _memory(r), _throughput(r), _no_bn(r), _bn_cause(r), _builtin(r),
+            _slope(r), _blog(r), _allocator(r), _model_kwarg(r), _host_memory(r)]

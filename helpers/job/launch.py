@@ -13,8 +13,10 @@ run another per-rank script (``worker=``) through the same start, watch and stop
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import shutil
 import subprocess  # noqa: F401 - tests patch subprocess.Popen through this module (tests/jobs/test_bad_parameters.py)
 import time
 from dataclasses import dataclass, field
@@ -28,6 +30,8 @@ from helpers.core.metrics import metrics_path, read_records
 from helpers.core.paths import new_run_dir
 from helpers.core.step_times import img_per_s
 from helpers.job.compile_cache import claim_compile_cache
+from helpers.job.disk_space import check_disk
+from helpers.job.host_memory import NotEnoughHostMemory, admit
 from helpers.job.launchers import cancel_orphan, make_launcher
 from helpers.job.msrun import (PORT_LOCK_DIR, bind_core_map, binds_cores, find_msrun, free_port,  # noqa: F401
                                job_env, msrun_command, python_bin_dir)
@@ -42,6 +46,7 @@ log = logging.getLogger(__name__)
 
 POLL_S = 0.5
 FAIL_GRACE_S = 2.0      # a failed job: how long msrun gets to stop its workers before the sweep
+HOST_MEMORY_FILE = "host_memory.json"   # <run_dir>/: the job's need and peak host memory (helpers.core.footprint)
 FINISH_GRACE_S = 0.5    # all summaries written: how long the ranks get to exit by themselves before they are ended
 STOP_AFTER_FINISH_S = 0.3   # ranks gone: what msrun and the scheduler get after SIGINT before SIGKILL
 
@@ -59,6 +64,12 @@ class JobResult:
     summaries: dict[int, dict] = field(default_factory=dict)
     phase_summaries: dict[int, list[dict]] = field(default_factory=dict)   # rank -> its phases' closing records
     hosts: dict[int, str] = field(default_factory=dict)                     # rank -> node (its start record)
+    host_memory: dict = field(default_factory=dict)     # HOST_MEMORY_FILE: peak_host_mb, peak_rss_sum_mb, need_mb
+
+    @property
+    def peak_host_mb(self) -> float:
+        """The job's peak host memory (MB): msrun, its scheduler and local ranks together (helpers.core.footprint)."""
+        return float(self.host_memory.get("peak_host_mb", float("nan")))
 
     @property
     def straggler(self) -> StragglerVerdict:
@@ -91,7 +102,9 @@ class JobResult:
 
     @property
     def phases(self) -> list[str]:
-        return list(self.config.phase_samplers)
+        from helpers.train.phases import phase_names      # sampler, or sampler@seed with phase_seeds
+
+        return phase_names(self.config)
 
     def phase(self, name: str) -> "JobResult":
         """One phase of a job whose samplers ran as phases, read as if it had been its own job: its step
@@ -103,8 +116,10 @@ class JobResult:
         closing = {r: {**self.summaries.get(r, {}), **x} for r, recs in self.phase_summaries.items()
                    for x in recs if x["phase"] == name}
         wall = max((x["train_s"] + x["finish_s"] for x in closing.values()), default=float("nan"))
-        cfg = self.config.replace(name=f"{self.config.name}:{name}", sampler=name, phase_samplers=())
-        return JobResult(self.run_dir, cfg, self.returncode, wall, steps, closing, hosts=self.hosts)
+        cfg = self.config.replace(name=f"{self.config.name}:{name}", sampler=name.split("@")[0], phase_samplers=(),
+                                  phase_seeds=())
+        return JobResult(self.run_dir, cfg, self.returncode, wall, steps, closing, hosts=self.hosts,
+                         host_memory=self.host_memory)
 
 
 def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float("nan")) -> JobResult:
@@ -121,7 +136,9 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
                 summaries[r] = x
             elif x["event"] == "start" and "host" in x:
                 hosts[r] = x["host"]
-    result = JobResult(run_dir, cfg, returncode, wall_s, steps, summaries, phases, hosts)
+    memory = run_dir / HOST_MEMORY_FILE
+    result = JobResult(run_dir, cfg, returncode, wall_s, steps, summaries, phases, hosts,
+                       json.loads(memory.read_text()) if memory.exists() else {})
     log.info("%s: %s", run_dir.name, result.straggler.line())     # the job's one line on where its time went
     return result
 
@@ -155,6 +172,17 @@ def watch_job(cfg: JobConfig, run_dir: Path, launcher, bar, job_id: str, t0: flo
         time.sleep(POLL_S)
     t0 += launcher.queued_s
     watch = JobWatch(cfg, run_dir, launcher.procs, bar)
+    try:
+        _watch_loop(cfg, run_dir, launcher, bar, job_id, t0, watch)
+    finally:                                   # kept for a failed job too: its peak is what the machine gave it
+        memory = run_dir / HOST_MEMORY_FILE
+        old = json.loads(memory.read_text()) if memory.exists() else {}
+        watch.host.save(memory, **{k: v for k, v in old.items() if k == "need_mb"})
+    return watch
+
+
+def _watch_loop(cfg: JobConfig, run_dir: Path, launcher, bar, job_id: str, t0: float, watch: JobWatch) -> None:
+    """``watch_job``'s polling: returns once every rank has its summary, raises ``JobFailed`` otherwise."""
     while True:
         time.sleep(POLL_S)
         watch.poll()
@@ -167,12 +195,12 @@ def watch_job(cfg: JobConfig, run_dir: Path, launcher, bar, job_id: str, t0: flo
             # scheduler's next 5 s check in ClusterContext::Finalize and msrun's 1 s poll): 2.5-8 s of an
             # 8-rank job on 2 cores that produces nothing. Give the ranks a moment, then end the job.
             _wait_workers_exit(launcher, job_id, FINISH_GRACE_S)
-            return watch
+            return
         if launcher.ended():
             time.sleep(POLL_S)
             watch.poll()
             if len(watch.summaries) == cfg.world_size:
-                return watch
+                return
             fail(launcher, job_id, bar, run_dir, watch.verdict(final=True) or Verdict(
                 "crash", None, f"{launcher.exit_text()}; ranks without a summary: "
                 f"{[r for r in range(cfg.world_size) if r not in watch.summaries]}"), cfg)
@@ -201,18 +229,19 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     guard, watch and stop; it gets the config path last and writes the worker's metrics records.
     ``bin_dir``: the bin folder of another Python environment whose msrun and python run the ranks.
     """
+    check_disk(cfg.validate(), run_root)                     # room for the run folder, cache and data, before any write
     cfg = plan_job(cfg)                                      # what runs: checks, data, convolution
     launcher = make_launcher(cfg, launches, worker, bin_dir)   # what starts it: msrun here, or sbatch
     end_orphans()
     cfg, run_dir, config_path, job_id = _job_files(launcher.place(cfg), run_root)
-    t0 = time.monotonic()
     bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
-                        cfg.steps * max(1, len(cfg.phase_samplers)), progress)
-    register(job_id, run_dir, **launcher.record())
+                        cfg.steps * max(1, len(cfg.phase_samplers)) * max(1, len(cfg.phase_seeds)), progress)
+    need = _admit(cfg, job_id, run_dir, launcher, bar)        # host memory: fits, waits, or one clear error
+    t0 = time.monotonic()
     try:
         with claim_compile_cache(launcher.env(cfg, job_id), run_dir) as env:
             launcher.start(cfg, run_dir, config_path, env)
-            register(job_id, run_dir, **launcher.record())
+            register(job_id, run_dir, **launcher.record(), host_need_mb=need)
             watch_job(cfg, run_dir, launcher, bar, job_id, t0)
     except KeyboardInterrupt:
         launcher.stop(job_id, STOP_GRACE_S)
@@ -230,6 +259,19 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     result = load_result(run_dir, 0, wall)
     log.info("job %s finished in %.1f s", run_dir, wall)
     return result
+
+
+def _admit(cfg: JobConfig, job_id: str, run_dir: Path, launcher, bar) -> float | None:
+    """Register the job once its host memory fits (``helpers.job.host_memory.admit``); returns its need (MB).
+    Refused: the progress display says why, the fresh run folder goes, and the error is raised; nothing started."""
+    try:
+        need = admit(cfg, job_id, lambda **kw: register(job_id, run_dir, **launcher.record(), **kw), bar)
+    except BaseException as exc:             # refused, or interrupted while waiting for memory
+        bar.close("not started: not enough memory" if isinstance(exc, NotEnoughHostMemory) else "not started")
+        shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    (run_dir / HOST_MEMORY_FILE).write_text(json.dumps({"need_mb": round(need)}))
+    return round(need) if need else None
 
 
 def _job_files(cfg: JobConfig, run_root) -> tuple[JobConfig, Path, Path, str]:

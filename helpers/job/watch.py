@@ -11,6 +11,7 @@ import psutil
 
 from helpers.train.heartbeat import read_beat
 from helpers.core.metrics import MetricsTail
+from helpers.core.footprint import HostPeak
 from helpers.job.stall import (CpuActivity, RankProgress, frozen_before, quiet_before_first_step, stalled_ranks,
                                stopped_ranks, stuck_ranks)
 from helpers.core.errors import failure_kind
@@ -144,6 +145,7 @@ class JobWatch:
         self.vanished: dict[int, float] = {}
         self.first_sign: float | None = None
         self.cpu, self.activity = CpuMeter(), CpuActivity()
+        self.host = HostPeak()          # msrun, its scheduler and ranks: their footprint, sampled at each poll
 
     @property
     def started(self) -> bool:
@@ -169,6 +171,7 @@ class JobWatch:
                     self.exits[who] = json.loads(path.read_text())
                 except (OSError, ValueError):
                     pass
+        self.host.sample([p.pid for p in self.procs])
         if len(self.pids) < self.cfg.local_workers:
             self.pids.update(worker_pids(self.procs))
         now, wall = time.monotonic(), time.time()

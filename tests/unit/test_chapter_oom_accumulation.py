@@ -14,7 +14,7 @@ from helpers.topics import memory_scenarios as scenarios
 RECORD_KEYS = {
     "preset", "rehearsal", "device_target", "arch", "world_size", "oom_reproduced", "oom_error_kind", "mem_cap_mb",
     "accumulation_succeeded", "batch_per_rank", "micro_batch", "accumulation_steps", "accumulated_samples_per_step",
-    "conv_impl", "memory_measured", "peak_mb", "peak_rss_mb", "activation_mb", "throughput_img_s", "grad_check_ranks", "grad_check_same_on_all_ranks",
+    "conv_impl", "memory_measured", "peak_mb", "peak_rss_mb", "peak_host_mb", "host_budget_mb", "activation_mb", "throughput_img_s", "grad_check_ranks", "grad_check_same_on_all_ranks",
     "grad_max_abs_diff_no_bn", "grad_max_abs_diff_bn", "grad_max_rel_diff_bn", "grad_cosine_bn",
     "grad_max_abs_diff_bn_frozen", "grad_max_rel_diff_bn_frozen", "grad_cosine_bn_frozen", "bn_frozen_layers",
     "builtin_cell_grad_ratio", "builtin_parallel_grad_ratio", "planner_slope_mib_per_image",
@@ -43,6 +43,22 @@ def test_ci_sizes_and_overrides():
     t = oa.chapter_sizes("ci", sweep_batches=(8, 16), batch_per_rank=32, accumulation_steps=2, world_size=2)
     assert (t.per_rank, t.k, t.micro, t.base.world_size, t.base.global_batch) == (32, 2, 16, 2, 64)
     assert t.preset["sweep"]["batches"] == (8, 16) and oa.PRESETS["ci"]["sweep"]["batches"] == (16, 48, 96)
+
+
+def test_the_oom_experiment_runs_on_few_ranks_within_the_host_memory_budget():
+    """Each full-batch rank holds ~1.65 GB (it outgrows a 1 GiB pool block): 2 ranks at ci, 4 at cpu keep the
+    chapter within helpers.job.host_memory.BUDGET_MB; gpu8 keeps its cards; world_size overrides."""
+    from helpers.job.host_memory import BUDGET_MB, job_need_mb
+
+    sizes = {p: oa.chapter_sizes(p) for p in ("ci", "cpu", "gpu8")}
+    assert [sizes[p].base.world_size for p in sizes] == [2, 4, 8]
+    assert oa.chapter_sizes("ci", world_size=4).base.world_size == 4
+    assert oa.chapter_sizes("gpu8", rehearse=True).base.world_size == 2
+    for p in ("ci", "cpu"):
+        need = job_need_mb(sizes[p].base)
+        assert need <= BUDGET_MB[p] - 1024, f"{p}: {need:.0f} MB leaves no room for the kernel"
+        assert job_need_mb(sizes[p].base.replace(world_size=8, global_batch=8 * sizes[p].per_rank)) > BUDGET_MB[p], \
+            "on 8 ranks the experiment would not fit the budget: why it runs on fewer"
 
 
 def test_gpu8_runs_resnet152_and_the_rehearsal_its_own_sizes():
@@ -92,11 +108,13 @@ def fake_chapter() -> oa.OomChapter:
     ch.preset, ch.rehearse, ch.s = "ci", False, oa.chapter_sizes("ci")
     ch.base = ch.s.base
     ch.oom_error, ch.cap_mb = JobFailed("oom", "Memory not enough"), 2744
-    ch.acc = SimpleNamespace(summaries={r: {} for r in range(8)}, config=ch.base, weights_identical=True,
-                             metric=lambda key: np.full((8, 3), 96))
+    n = ch.base.world_size
+    ch.acc = SimpleNamespace(summaries={r: {} for r in range(n)}, config=ch.base, weights_identical=True,
+                             metric=lambda key: np.full((n, 3), 96))
     ch.memory, ch.peak = "rss", {"full_batch": 3000.0, "accumulated": 2000.0}
     ch.act, ch.peak_rss = {"full_batch": 1500.0, "accumulated": 500.0}, dict(ch.peak)
     ch.tp, ch.gc_ranks = {"full_batch": 50.0, "accumulated": 40.0}, 2
+    ch.host_mb = {"full_batch": 4100.0, "accumulated": 2900.0}
     ch.grad = oa.grad_check_record([summary(0), summary(1)])
     return later_steps(ch)
 
@@ -119,6 +137,7 @@ def test_results_hold_every_key_the_conclusions_read():
     assert r["oom_reproduced"] is True and r["accumulation_succeeded"] is True and r["accumulated_samples_per_step"] == 96
     claims = {c.id: c for c in ch02.build(r)}
     assert claims["full_batch_oom"].holds is True and claims["builtin_cells_sum"].holds is True
+    assert r["host_budget_mb"] == 6144 and claims["host_memory_budget"].holds is True
 
 
 

@@ -12,7 +12,7 @@ from helpers.conclusions import as_records, ch02, failed
 def base_record():
     """A ci-like record (numbers from a ci run on an AVX-512 CPU)."""
     return {
-        "preset": "ci", "device_target": "CPU", "arch": "resnet18", "world_size": 8,
+        "preset": "ci", "device_target": "CPU", "arch": "resnet18", "world_size": 2,
         "oom_reproduced": True, "oom_error_kind": "oom", "mem_cap_mb": 3535,
         "accumulation_succeeded": True, "batch_per_rank": 96, "micro_batch": 24, "accumulation_steps": 4,
         "accumulated_samples_per_step": 96, "conv_impl": "im2col",
@@ -37,6 +37,7 @@ def base_record():
         "allocator_max_allocated_mb": 0.0,
         "model_has_gradient_accumulation_steps": False,
         "model_error": "TypeError: The key 'gradient_accumulation_steps' ... is not supported",
+        "peak_host_mb": {"full_batch": 4147.0, "accumulated": 2901.0}, "host_budget_mb": 6144,
     }
 
 
@@ -71,7 +72,7 @@ def test_oom_claim_both_ways(base_record):
 
 def test_fits_claim_both_ways(base_record):
     c = by_id(base_record)["accumulated_fits"]
-    assert c.holds and "4 micro-batches of 24 trained on all 8 ranks" in c.text
+    assert c.holds and "4 micro-batches of 24 trained on all 2 ranks" in c.text
     c = changed(base_record, accumulation_succeeded=False)["accumulated_fits"]
     assert c.holds is False and "did not finish" in c.text
 
@@ -197,3 +198,13 @@ def test_published_claim_both_ways(base_record):
     next(r for r in pub if r["kind"] == "batch_fits")["planner"] = 99.0
     c = changed(base_record, published=pub)["planner_vs_published"]
     assert c.holds is False and "only 3 of 4" in c.text
+
+
+def test_host_memory_within_and_over_the_budget_and_without_one(base_record):
+    c = by_id(base_record)["host_memory_budget"]
+    assert c.holds is True and "2 ranks" in c.text and "4147 MB" in c.text and "budget 6144 MB" in c.text
+    over = changed(base_record, peak_host_mb={"full_batch": 7000.0, "accumulated": 2901.0})["host_memory_budget"]
+    assert over.holds is False and "7000 MB" in over.text and "over the preset's budget" in over.text
+    gpu = changed(base_record, host_budget_mb=None)["host_memory_budget"]
+    assert gpu.holds is None and "none at this preset" in gpu.text
+    assert changed(base_record, peak_host_mb={})["host_memory_budget"].holds is None

@@ -1,0 +1,149 @@
+"""The host-memory check before launch (``helpers.job.host_memory``), the machine-wide job list it reads
+(``helpers.job.registry.machine_jobs``) and the disk check (``helpers.job.disk_space``): no processes started."""
+
+import json
+import os
+from pathlib import Path
+
+import psutil
+import pytest
+
+from helpers.core.config import JobConfig, job_config
+from helpers.core.errors import DataError
+from helpers.core import footprint as fp
+from helpers.job import disk_space, host_memory as hm, registry
+
+RESULTS = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "host_memory.json"
+
+
+class Bar:
+    def __init__(self):
+        self.lines = []
+
+    def queued(self, text):
+        self.lines.append(text)
+
+
+def ci(**kw):
+    return job_config("ci", name="t", chapter="t", conv_impl="im2col", **kw)
+
+
+def other(name="20261205-101010-full_batch", need=5000.0, rss=1000.0):
+    return dict(job_id=f"{name}-1-2", run_dir=f"/x/runs/02/{name}", need_mb=need, rss_mb=rss,
+                still_mb=max(0.0, need - rss))
+
+
+def test_need_grows_with_the_batch_and_ranks_and_the_cap_bounds_it():
+    small, big = hm.rank_need_mb(ci()), hm.rank_need_mb(ci(global_batch=96 * 8, image_size=64))
+    assert hm.RANK_BASE_MB < small < big
+    assert hm.rank_need_mb(ci(global_batch=96 * 8, image_size=64, mem_cap_mb=900)) == 900
+    assert hm.job_need_mb(ci(world_size=2, global_batch=16)) == pytest.approx(2 * small + hm.SCHEDULER_MB)
+    assert hm.rank_need_mb(ci(device_target="GPU")) == hm.CARD_RANK_MB, "a card's activations are not the host's"
+
+
+def test_the_estimate_is_on_the_safe_side_of_every_measured_job():
+    """Calibration: each job the benchmark measured (benchmarks/host_memory.py), re-estimated now from its config,
+    is at least 90 % of its measured peak and at most 1.6x it (far above would refuse jobs a laptop could run)."""
+    data = json.loads(RESULTS.read_text())
+    jobs = [j for e in data.values() if isinstance(e, dict) for c in e.get("chapters", {}).values()
+            for j in c["jobs"] if j.get("peak_host_mb") and j.get("config")]
+    assert jobs, "benchmarks/results/host_memory.json holds measured jobs"
+    for j in jobs:
+        need = hm.job_need_mb(JobConfig(**j["config"]))
+        assert 0.9 <= need / j["peak_host_mb"] <= 1.6, (j["chapter"], j["name"], need, j["peak_host_mb"])
+
+
+def test_a_job_that_fits_is_registered_with_its_need(monkeypatch):
+    monkeypatch.setattr(hm, "available_mb", lambda: 50_000.0)
+    monkeypatch.setattr(hm, "other_jobs", lambda exclude=None: [])
+    seen = {}
+    need = hm.admit(ci(), "job-1", lambda **kw: seen.update(kw), wait_s=0)
+    assert seen == {"host_need_mb": round(need)} and need == pytest.approx(hm.job_need_mb(ci()))
+
+
+def test_a_job_that_does_not_fit_is_refused_naming_need_free_holders_and_fixes(monkeypatch):
+    monkeypatch.setattr(hm, "available_mb", lambda: 6000.0)
+    monkeypatch.setattr(hm, "other_jobs", lambda exclude=None: [other()])
+    registered = []
+    with pytest.raises(hm.NotEnoughHostMemory) as err:
+        hm.admit(ci(), "job-1", lambda **kw: registered.append(kw), wait_s=0)
+    text = str(err.value)
+    need = hm.job_need_mb(ci())
+    free = 6000.0 - hm.RESERVE_MB - 4000.0
+    assert f"needs about {need:.0f} MB" in text and f"{free:.0f} MB are free" in text
+    assert "20261205-101010-full_batch" in text and "needs up to 5000 MB" in text
+    assert "world_size=" in text and "'ci' preset" in text and hm.WAIT_ENV in text and "batch" in text
+    assert registered == [], "nothing registered, nothing started"
+
+
+def test_waits_for_the_other_job_with_the_wait_shown(monkeypatch):
+    rounds = iter([[other()], [other()], []])
+    monkeypatch.setattr(hm, "available_mb", lambda: 6000.0)
+    monkeypatch.setattr(hm, "other_jobs", lambda exclude=None: next(rounds))
+    monkeypatch.setattr(hm, "POLL_S", 0.01)
+    bar, seen = Bar(), {}
+    hm.admit(ci(), "job-1", lambda **kw: seen.update(kw), bar=bar, wait_s=60)
+    assert seen and len(bar.lines) == 2 and all("waiting for memory" in x and "full_batch" in x for x in bar.lines)
+
+
+def test_no_wait_when_no_course_job_holds_the_memory(monkeypatch):
+    monkeypatch.setattr(hm, "available_mb", lambda: 100.0)
+    monkeypatch.setattr(hm, "other_jobs", lambda exclude=None: [])
+    with pytest.raises(hm.NotEnoughHostMemory, match="none") as err:
+        hm.admit(ci(), "job-1", lambda **kw: None, wait_s=600)     # waiting could not help: fail at once
+    assert "fewer ranks" in str(err.value) and "world_size=" not in str(err.value), "no rank count that would fit"
+
+
+def test_the_seam_limits_the_machine_less_what_course_jobs_hold(monkeypatch):
+    monkeypatch.setenv(hm.AVAILABLE_ENV, "8000")
+    monkeypatch.setattr(hm, "other_jobs", lambda exclude=None: [other(rss=1500.0)])
+    assert hm.available_mb() == 6500.0
+    monkeypatch.delenv(hm.AVAILABLE_ENV)
+    assert hm.available_mb() == pytest.approx(psutil.virtual_memory().available / hm.MIB, rel=0.2)
+
+
+def test_slurm_jobs_are_not_checked_against_this_host(monkeypatch):
+    monkeypatch.setattr(hm, "available_mb", lambda: 0.0)
+    seen = {}
+    assert hm.admit(ci().replace(launcher="slurm"), "j", lambda **kw: seen.update(kw)) == 0.0
+    assert seen == {"host_need_mb": None}
+
+
+def test_footprint_counts_shared_pages_once_and_the_peak_sampler_keeps_the_largest():
+    me = psutil.Process()
+    one, rss_one = fp.footprint([me])
+    two, rss_two = fp.footprint([me, me])
+    assert 0 < one <= rss_one + 1 and rss_two == pytest.approx(2 * rss_one, rel=0.05)
+    assert two < rss_two, "the shared part counted once"
+    peak = fp.HostPeak()
+    peak.sample([os.getpid()])
+    assert peak.record()["peak_host_mb"] > 0 and peak.samples == 1
+    with fp.sampling([os.getpid()], every_s=0.01) as p:
+        pass
+    assert p.samples >= 1 and p.peak_mb > 0
+
+
+def test_machine_jobs_lists_live_launchers_and_drops_dead_ones(tmp_path, monkeypatch):
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(registry, "MACHINE_REGISTRY", tmp_path / "machine")
+    registry.register("live-1-2", tmp_path / "r1", host_need_mb=1234)
+    dead = dict(job_id="dead-1-2", run_dir="x", launcher_pid=2 ** 22 - 7, launcher_start=1.0)
+    (tmp_path / "machine" / "dead-1-2.json").write_text(json.dumps(dead))
+    assert [j["job_id"] for j in registry.machine_jobs()] == ["live-1-2"]
+    assert not (tmp_path / "machine" / "dead-1-2.json").exists()
+    assert registry.machine_jobs(exclude="live-1-2") == []
+    registry.unregister("live-1-2")
+    assert registry.machine_jobs() == [] and not list((tmp_path / "home" / "runs" / ".jobs").glob("*.json"))
+
+
+def test_disk_check_sums_places_on_one_disk_and_names_them(tmp_path, monkeypatch):
+    cfg = ci(data_dir=str(tmp_path / "not_made_yet"))
+    monkeypatch.setattr(disk_space, "free_mb", lambda path: 1000.0)
+    with pytest.raises(DataError) as err:
+        disk_space.check_disk(cfg, tmp_path / "runs")
+    text = str(err.value)
+    need = disk_space.RUN_MB_PER_RANK * 8 + disk_space.COMPILE_CACHE_MB + disk_space.DATA_MB
+    assert "run folder" in text and "compile cache" in text and "data set (to be made)" in text
+    assert f"needs {need:.0f} MB" in text and "1000 MB free" in text and "COURSE_HOME" in text
+    monkeypatch.setattr(disk_space, "free_mb", lambda path: need + disk_space.MARGIN_MB + 1)
+    disk_space.check_disk(cfg, tmp_path / "runs")
