@@ -279,6 +279,20 @@ def startup_env_rows(rows: Rows) -> None:
                  "collectives' address exchange (sleep(3) in ms_collective_node.cc; no setting shortens it)")
 
 
+def host_memory_rows(rows: Rows) -> None:
+    """``benchmarks.host_memory``: each chapter's peak host memory (the kernel and every job) against its budget."""
+    d = rows.results.get("host_memory") or {}
+    for preset, budget in (("ci", 6144), ("cpu", 10240)):
+        for stem, c in sorted((get_in(d, preset, "chapters") or {}).items()):
+            jobs = c.get("jobs") or []
+            big = max(jobs, key=lambda j: j.get("peak_host_mb") or 0) if jobs else {}
+            rows.add(f"chapter {stem[:2]}, preset {preset}, peak host memory (kernel + jobs), MB",
+                     c.get("peak_host_mb"), f"<= {budget}", "host_memory",
+                     f"largest job {big.get('name')} on {big.get('world_size')} ranks: {big.get('peak_host_mb')} MB "
+                     f"(estimate before launch {big.get('need_mb')})" if big else "", unit="MB",
+                     load=(get_in(d, preset, "machine", "load_avg_1_5_15") or [None])[0])
+
+
 def phase_rows(rows: Rows) -> None:
     """``benchmarks.sampler_phases``: chapter 01's splits as phases of one job against one job each."""
     d = rows.results.get("sampler_phases")
@@ -374,7 +388,7 @@ def training_rows(rows: Rows) -> None:
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
 
 
-ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, phase_rows, pytorch_rows, knob_rows,
+ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, host_memory_rows, phase_rows, pytorch_rows, knob_rows,
               launch_and_data_rows, training_rows)
 
 
