@@ -15,13 +15,22 @@ from helpers.job.launch import run_job
 from helpers.job.straggler import SPLIT_PARTS, rank_time_split
 from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars, time_split_bars
 from helpers.output.tables import show_md, show_table
-from helpers.topics import seen_classes, shard_stats
+from helpers.topics import seed_repeats, seen_classes, shard_stats
 from helpers.train.data import prepare_data
 from helpers.train.sampler import SHARD_KINDS, shard_indices
 from helpers.train.stratified_split import stratified_shards
 
 STRATEGIES = SHARD_KINDS     # contiguous, distributed, distributed_shuffle, stratified: the jobs' order
 IMAGENET_SHARDS_READ = {"ci": 1, "cpu": 2, "gpu8": 8}   # shards of the shuffled DistributedSampler read
+SEEDS = {"ci": (1, 2), "cpu": (1, 2, 3, 4, 5), "gpu8": (1, 2, 3)}   # each split trained once per seed
+REHEARSAL_SEEDS = (1, 2)
+# Chapter 01's training length where it differs from the preset's: 4 splits x 5 seeds x 20 steps is one job of
+# 400 steps. At 20 or 30 steps, constant or cosine lr, the seed-to-seed spread exceeds the stratified-vs-shuffle
+# gap (benchmarks/results/ch01_seeds.json), so the length is set by time, not by a separation it cannot buy.
+CHAPTER_LENGTH = {"cpu": dict(steps=20)}
+_STARTED: list[float] = []     # when prepare() ran: the chapter's own wall time
+REPEAT_FIGURES = {"accuracy": "held-out accuracy", "final_loss": "last loss (ranks' mean, each on its own batch)",
+                  "accuracy_batch_stats": "held-out accuracy with BatchNorm on batch statistics (diagnostic)"}
 SUMMARY_COLUMNS = ("max_tv", "min_classes_per_step", "mean_batch_classes", "accuracy", "loss_spread")
 SUMMARY_BARS = {"max_tv": "max TV of a rank's mix (lower is better)",
                 "min_classes_per_step": "min classes per global step (higher is better)",
@@ -29,8 +38,12 @@ SUMMARY_BARS = {"max_tv": "max TV of a rank's mix (lower is better)",
 
 
 def prepare(preset: str, rehearse: bool, **overrides):
-    """The chapter's job config and its train split's index (data made and checked); shows both."""
-    base = job_config(preset, rehearse=rehearse, chapter="01", evaluate=True, **overrides)
+    """The chapter's job config (the preset's, at chapter 01's length) and its train split's index (data made
+    and checked); shows both."""
+    _STARTED[:] = [time.monotonic()]
+    length = {} if rehearse else CHAPTER_LENGTH.get(preset, {})
+    given = {k: v for k, v in overrides.items() if v is not None}
+    base = job_config(preset, rehearse=rehearse, chapter="01", evaluate=True, **{**length, **given})
     index = prepare_data(base)
     show_table(config_table(base), ["setting", "value"])
     show_table(list(zip(index.classes, index.counts.tolist())), ["class (folder)", "train images"])
@@ -66,40 +79,97 @@ def show_plan(base, index) -> Plan:
 
 
 # ---------------------------------------------------------------------------------------------- the jobs
-def run_strategies(base, progress="auto", one_job: bool = True) -> dict:
-    """Each strategy's result (only the sampler changes): as phases of one job (``one_job``: one launch,
-    phases alternated, see ``helpers.train.phases``) or one job each; shows time and held-out accuracy."""
+def chapter_seeds(preset: str, rehearse: bool, override=None) -> tuple[int, ...]:
+    """The seeds each split is trained from: ``override``, else 2 when rehearsing, else the preset's."""
+    return tuple(override) if override else REHEARSAL_SEEDS if rehearse else SEEDS[preset]
+
+
+def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,)) -> tuple[dict, dict]:
+    """Every strategy trained once per seed (only the sampler changes within a seed; the seed changes weight
+    init and data order): as phases of one job (``one_job``: one launch, see ``helpers.train.phases``) or one
+    job each. Returns the first seed's result per strategy and the repeats (``seed_repeats.per_seed``)."""
+    seeds = [int(x) for x in seeds]
+    t0 = time.monotonic()
     if one_job:
-        job = run_job(base.replace(name="samplers", phase_samplers=list(STRATEGIES)), progress=progress)
-        results = {k: job.phase(k) for k in STRATEGIES}
-        first = results[STRATEGIES[0]].metric("step_s")[:, 0].max()
-        show_md(f"One {base.world_size}-rank job, {job.wall_s:.1f} s from launch to exit; the "
-                f"{len(STRATEGIES)} phases took turns in {job.summaries[0]['phase_rounds']} rounds and "
-                + ("all started from the same weights and optimizer state (one digest on every rank)."
-                   if same_start(results) else "did **not** all start from the same state.")
-                + f" The first phase's first step ({first:.1f} s) built the training graph all four use, and its "
-                "evaluation the inference graph; the table leaves every phase's first step out.")
-        rows = [(k, *(f"{v:.1f} s" for v in phase_seconds(r)), r.summaries[0]["accuracy"])
-                for k, r in results.items()]
-        columns = ["steps after the first (slowest rank)", "evaluation (slowest rank)"]
+        job = run_job(base.replace(name="samplers", phase_samplers=list(STRATEGIES), phase_seeds=seeds),
+                      progress=progress)
+        by_seed = {x: {k: job.phase(f"{k}@{x}") for k in STRATEGIES} for x in seeds}
+        first = by_seed[seeds[0]][STRATEGIES[0]].metric("step_s")[:, 0].max()
+        show_md(f"One {base.world_size}-rank job, {job.wall_s:.0f} s from launch to exit: {len(STRATEGIES)} "
+                f"splits x {len(seeds)} seeds = {len(STRATEGIES) * len(seeds)} phases of {base.steps} steps; "
+                f"within a seed the splits took turns in {job.summaries[0]['phase_rounds']} rounds and "
+                + ("started from the same weights and optimizer state (one digest per seed on every rank), each "
+                   "seed from its own." if seeds_same_start(by_seed) else "did **not** all start from one state.")
+                + f" The first phase's first step ({first:.1f} s) built the training graph all phases use; the "
+                "table leaves every phase's first step out.")
     else:
-        results = {k: run_job(base.replace(name=k, sampler=k), progress=progress) for k in STRATEGIES}
-        rows = [(k, f"{r.wall_s:.1f} s", r.summaries[0]["accuracy"]) for k, r in results.items()]
-        columns = ["job wall time (launch to exit)"]
-    show_table(rows, ["strategy", *columns, "held-out accuracy"])
-    return results
+        by_seed = {x: {k: run_job(base.replace(name=f"{k}-seed{x}", sampler=k, seed=x), progress=progress)
+                       for k in STRATEGIES} for x in seeds}
+    results = by_seed[seeds[0]]
+    rows = [(k, *(f"{v:.1f} s" for v in phase_seconds(r)), r.summaries[0]["accuracy"]) for k, r in results.items()]
+    show_table(rows, ["strategy", "steps after the first (slowest rank)", "evaluation (slowest rank)",
+                      f"held-out accuracy (seed {seeds[0]})"])
+    values = seed_repeats.by_seed_values(by_seed)
+    return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
+                         job_s=time.monotonic() - t0)
 
 
 def phase_seconds(result) -> tuple[float, float]:
     """A phase's seconds on its slowest rank: its steps after the first, and its evaluation."""
     later = result.metric("step_s")[:, 1:].sum(axis=1).max()
-    return float(later), float(max(result.summaries[r]["finish_s"] for r in result.summaries))
+    finish = [result.summaries[r].get("finish_s", 0.0) for r in result.summaries]
+    return float(later), float(max(finish))
 
 
 def same_start(results: dict) -> bool | None:
     """Whether every phase on every rank started from one state (None: the strategies ran as separate jobs)."""
     digests = {x.get("start_digest") for r in results.values() for x in r.summaries.values()}
     return None if digests == {None} else len(digests) == 1
+
+
+def seeds_same_start(by_seed: dict) -> bool | None:
+    """Within every seed one starting state for all phases, and a different one per seed (None: separate jobs)."""
+    per_seed = [same_start(results) for results in by_seed.values()]
+    if None in per_seed:
+        return None
+    starts = {x.get("start_digest") for results in by_seed.values() for r in results.values()
+              for x in r.summaries.values()}
+    return all(per_seed) and len(starts) == len(by_seed)
+
+
+def show_repeats(repeats: dict):
+    """Held-out accuracy and last loss per split and seed, with mean ± std and range; returns the figure."""
+    names = {k: k for k in STRATEGIES}
+    seeds = [f"seed {x}" for x in repeats["seeds"]]
+    for key, label in REPEAT_FIGURES.items():
+        if key not in repeats:
+            continue
+        show_md(f"**{label}**")
+        show_table(seed_repeats.table_rows(repeats[key], names), ["strategy", *seeds, "mean ± std", "range"])
+    return plot_repeats(repeats)
+
+
+def plot_repeats(repeats: dict):
+    """One panel per figure: each seed a point (same colour per seed), the mean ± std as a bar."""
+    keys = [k for k in REPEAT_FIGURES if k in repeats]
+    fig, axes = plt.subplots(1, len(keys), figsize=(5.5 * len(keys), 3.4), squeeze=False)
+    for ax, key in zip(axes[0], keys):
+        for i, k in enumerate(STRATEGIES):
+            v = np.asarray(repeats[key][k])
+            ax.errorbar(i + 0.18, v.mean(), yerr=v.std(ddof=1) if v.size > 1 else 0, fmt="o", color="black",
+                        capsize=4)
+            ax.scatter(np.full(v.size, i) + np.linspace(-0.12, 0.12, v.size), v, c=range(v.size), cmap="viridis",
+                       s=22)
+        ax.set_xticks(range(len(STRATEGIES)), [k.replace("_", "\n") for k in STRATEGIES], fontsize=8)
+        ax.set_title(f"{REPEAT_FIGURES[key].split(' (')[0]}: {len(repeats['seeds'])} seeds (points), mean ± std",
+                     fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def elapsed_s() -> float:
+    """Seconds since ``prepare`` ran: the chapter's wall time so far."""
+    return time.monotonic() - _STARTED[0] if _STARTED else float("nan")
 
 
 @dataclass
@@ -229,10 +299,12 @@ def class_column_errata() -> str | None:
 
 
 def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measured: Measured, inet: dict,
-                    class_column_error: str | None) -> dict:
-    """The values the chapter records (and its claims read: ``helpers.conclusions.ch01``)."""
+                    class_column_error: str | None, repeats: dict | None = None) -> dict:
+    """The values the chapter records (and its claims read: ``helpers.conclusions.ch01``); with ``repeats``
+    (``run_strategies``) ``accuracy`` is each split's mean over the seeds, every seed's value kept beside it."""
     s = measured.summary
-    return dict(
+    same = measured.same_start if repeats is None else repeats["same_start"]
+    out = dict(
         preset=preset, rehearsal=rehearse, steps=base.steps, num_classes=len(index.classes),
         **{k: s[k] for k in SUMMARY_COLUMNS},
         step_time_spread=measured.step_spread, slowest_data_wait_ms=measured.data_wait_ms,
@@ -241,7 +313,16 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
         contiguous_class_spread=shard_stats.per_class_spread(plan.shards["contiguous"], index.labels),
         imagenet_scale_max_tv=inet["max_tv"], imagenet_scale_split_s=inet["split_s"],
         imagenet_shards_iterated=inet["shards_read"],
-        class_column_rejected=class_column_error is not None, phases_of_one_job=measured.same_start is not None,
-        phases_same_start=measured.same_start,
+        class_column_rejected=class_column_error is not None, phases_of_one_job=same is not None,
+        phases_same_start=same,
         straggler={k: v.as_dict() for k, v in (measured.stragglers or {}).items()},
     )
+    if repeats is not None:
+        out.update(seeds=repeats["seeds"], accuracy_by_seed=repeats["accuracy"],
+                   accuracy={k: float(np.mean(v)) for k, v in repeats["accuracy"].items()},
+                   final_loss_by_seed=repeats["final_loss"], accuracy_summary=seed_repeats.summary(repeats["accuracy"]),
+                   final_loss_summary=seed_repeats.summary(repeats["final_loss"]), job_s=repeats["job_s"],
+                   lr_schedule=base.lr_schedule, chapter_s=elapsed_s())
+        if "accuracy_batch_stats" in repeats:
+            out["accuracy_batch_stats_by_seed"] = repeats["accuracy_batch_stats"]
+    return out

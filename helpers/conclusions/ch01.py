@@ -2,16 +2,15 @@
 
 Mechanisms (hold at any scale): the stratified sampler deals every class within 1 image between ranks, its ranks
 read the global class mix best, class-sorted sharding gives class-homogeneous batches (one class per rank batch
-for a contiguous split, one or two per global step for ``DistributedSampler(shuffle=False)``). Scale-dependent
-findings (per-rank step time, held-out accuracy) are observations: their text says what was measured.
+for a contiguous split, one or two per global step for ``DistributedSampler(shuffle=False)``). Per-rank step time is
+an observation. Held-out accuracy, trained over several seeds, gives verdicts computed from the repeats
+(``helpers.conclusions.ch01_repeats``); a single-seed run's accuracy stays an observation.
 """
 
 from __future__ import annotations
 
 from helpers.conclusions import Claim, claim
-
-NAMES = {"contiguous": "contiguous", "distributed": "DistributedSampler(shuffle=False)",
-         "distributed_shuffle": "DistributedSampler(shuffle=True)", "stratified": "stratified"}
+from helpers.conclusions.ch01_repeats import NAMES, repeat_claims
 NEAR_CHANCE = 2.0   # best accuracy below this many times chance: too few steps to compare the splits
 
 
@@ -47,7 +46,7 @@ def chapter01_claims(r: dict) -> list[Claim]:
         _loss_spread_claim(r),
         _step_time_claim(r),
         *_time_verdict_claim(r),
-        _accuracy_claim(r),
+        *(repeat_claims(r) if len(r.get("seeds", ())) > 1 else [_accuracy_claim(r)]),
     ]
     inet = r["imagenet_scale_max_tv"]
     out.append(claim("imagenet_scale", inet["stratified"] < inet["distributed_shuffle"],
@@ -58,16 +57,33 @@ def chapter01_claims(r: dict) -> list[Claim]:
                      "mix than DistributedSampler(shuffle=True)'s ({d:.4f}).",
                      s=inet["stratified"], d=inet["distributed_shuffle"], n=r["imagenet_shards_iterated"],
                      t=r["imagenet_scale_split_s"]))
-    if r.get("phases_of_one_job"):
-        out.append(claim("phases_same_start", r["phases_same_start"],
-                         "The four splits ran as phases of one job (one launch), and every phase on every rank "
-                         "started from the same weights and optimizer state (one digest).",
-                         "The four splits ran as phases of one job, but their starting states differed: the "
-                         "comparison is not on equal terms."))
+    out += _job_claims(r)
     out.append(claim("class_column", r["class_column_rejected"],
                      "The blog's DistributedSampler(..., class_column='label') raises TypeError: the fix has to be "
                      "a sampler of one's own.",
                      "DistributedSampler accepted class_column='label' in this MindSpore."))
+    return out
+
+
+def _job_claims(r: dict) -> list[Claim]:
+    """Phases of one job: did every phase of a seed start from one state; the chapter's own wall time."""
+    out = []
+    if r.get("phases_of_one_job"):
+        seeds = len(r.get("seeds", ()))
+        out.append(claim("phases_same_start", r["phases_same_start"],
+                         ("The four splits ran as phases of one job (one launch), and every phase on every rank "
+                          "started from the same weights and optimizer state (one digest)." if seeds < 2 else
+                          "The four splits x {n} seeds ran as phases of one job (one launch): within each seed every "
+                          "phase on every rank started from the same weights and optimizer state (one digest), each "
+                          "seed from its own."),
+                         "The four splits ran as phases of one job, but their starting states differed: the "
+                         "comparison is not on equal terms.", n=seeds))
+    if r.get("chapter_s"):
+        out.append(claim("chapter_time", None,
+                         "This chapter ran {m:.1f} min on this machine ({s:.0f} s, the {n}-seed training job "
+                         "{j:.0f} s of it), {steps} steps per phase, {lr} learning rate.",
+                         m=r["chapter_s"] / 60, s=r["chapter_s"], j=r["job_s"], n=len(r["seeds"]),
+                         steps=r["steps"], lr=r["lr_schedule"]))
     return out
 
 

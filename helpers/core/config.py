@@ -68,6 +68,7 @@ class JobConfig:
     sampler: str = "distributed_shuffle"
     phase_samplers: tuple = ()                # several samplers as phases of one job (helpers.train.phases); () off
     phase_rounds: int = 2                     # the phases take turns in this many rounds of steps
+    phase_seeds: tuple = ()                   # each phase once per seed (weight init, data order); ()
     dataset_workers: int = 1
     evaluate: bool = False                    # held-out accuracy after training (all ranks, summed)
     # model and optimiser
@@ -123,8 +124,9 @@ class JobConfig:
     bad_images: str = "stop"
 
     def __post_init__(self):
-        if isinstance(self.phase_samplers, list):     # JSON has no tuples: keep one form, so configs compare equal
-            object.__setattr__(self, "phase_samplers", tuple(self.phase_samplers))
+        for f in ("phase_samplers", "phase_seeds"):    # JSON has no tuples: keep one form, so configs compare equal
+            if isinstance(getattr(self, f), list):
+                object.__setattr__(self, f, tuple(getattr(self, f)))
 
     @property
     def batch_per_rank(self) -> int:
@@ -289,6 +291,9 @@ def _check_phases(c: JobConfig, bad: _Problems) -> None:
                               "gradient accumulation)")
     if p and bad.ok("phase_rounds", "steps") and not 1 <= c.phase_rounds <= c.steps:
         bad("phase_rounds", f"must be between 1 and steps={c.steps}")
+    s = c.phase_seeds
+    if s and not (p and all(_is_int(x) and x >= 0 for x in s) and len(set(s)) == len(s)):
+        bad("phase_seeds", "must be distinct seeds >= 0, with phase_samplers (empty: cfg.seed only)")
 
 
 def _check_placement(c: JobConfig, bad: _Problems) -> None:

@@ -1,4 +1,8 @@
-"""Several samplers trained as phases of one job, each from the same start, alternated: one launch, not four."""
+"""Several samplers trained as phases of one job, each from the same start, alternated: one launch, not four.
+
+With ``cfg.phase_seeds`` every sampler runs once per seed, seed after seed: a seed's phases all start from the
+weights that seed initialises and read in that seed's data order (chapter 01's repeats), named ``sampler@seed``.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +10,11 @@ import time
 
 import numpy as np
 
+# MindSpore's DistributedSampler takes its shuffle seed from the global dataset seed when it is built (this line of
+# the wheel's dataset/engine/samplers.py; tests/contract/test_phase_seeds.py pins it): each seed's datasets are built
+# right after ds.config.set_seed(seed).
+SAMPLERS_SOURCE = "dataset/engine/samplers.py"
+SEED_READ_AT_BUILD = "self.seed = ds.config.get_seed()"
 
 def step_state(step) -> dict:
     """Every parameter of the train step, copied to the host, by name."""
@@ -27,43 +36,81 @@ def rounds(steps: int, n_rounds: int) -> list[range]:
     return [range(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
 
 
-def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memory_now) -> dict:
-    """Train ``step`` once per sampler in ``cfg.phase_samplers``, alternating in ``cfg.phase_rounds`` rounds.
+def phase_name(sampler: str, seed: int | None) -> str:
+    """A phase's name in the records: the sampler, or ``sampler@seed`` when the job repeats it over seeds."""
+    return sampler if seed is None else f"{sampler}@{seed}"
+
+
+def phase_names(cfg) -> list[str]:
+    """Every phase of ``cfg`` in the order the job runs them (seed after seed)."""
+    return [phase_name(k, s) for s in (cfg.phase_seeds or (None,)) for k in cfg.phase_samplers]
+
+
+def seeded_start(start: dict, fresh_params: dict) -> dict:
+    """``start`` (a train step's host state) with the network's parameters replaced by ``fresh_params`` (name ->
+    array, from a network built after ``ms.set_seed(seed)``); optimizer state (zero momentum, step 0) kept."""
+    missing = [n for n in fresh_params if n not in start]
+    if missing:
+        raise KeyError(f"the fresh network has parameters the train step lacks: {missing[:3]}")
+    return {n: (fresh_params[n].copy() if n in fresh_params else v) for n, v in start.items()}
+
+
+def _datasets(cfg, rank: int, world: int, seed: int | None) -> dict:
+    """One repeated train dataset per sampler, in ``seed``'s data order (``None``: the config's seed); its
+    pipeline starts when an iterator is created."""
+    import mindspore.dataset as ds
+
+    from helpers.train.data import build_dataset
+
+    run = cfg.replace(phase_samplers=(), phase_seeds=(), seed=cfg.seed if seed is None else seed)
+    ds.config.set_seed(run.seed)     # read when each DistributedSampler is built (SEED_READ_AT_BUILD)
+    return {k: build_dataset(run.replace(sampler=k), "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
+            for k in cfg.phase_samplers}
+
+
+def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memory_now, fresh_params=None) -> dict:
+    """Train ``step`` once per sampler in ``cfg.phase_samplers`` (and per seed in ``cfg.phase_seeds``), the
+    samplers of one seed alternating in ``cfg.phase_rounds`` rounds.
 
     ``run_steps(step, iterator, steps, phase, job_step0)`` runs and records some steps (tagged with the phase
     and numbered from ``job_step0`` across the job, for the progress bar); ``finish()`` returns a phase's
     closing figures (evaluation, checksum) for the state now loaded; ``memory_now()`` the process's memory
-    figures for the ``ready`` record.
+    figures for the ``ready`` record; ``fresh_params(seed)`` a network's parameters initialised by ``seed``.
     Writes one ``phase_summary`` record per phase; returns the job's summary (its phases' names and seconds)."""
-    from helpers.train.data import build_dataset
-
-    phases = list(cfg.phase_samplers)
+    seeds = cfg.phase_seeds or (None,)
     start = step_state(step)
-    states = dict.fromkeys(phases, start)
-    data = {k: build_dataset(cfg.replace(sampler=k, phase_samplers=()), "train", rank, world,
-                             batch_size=cfg.micro_batch_size).repeat().create_tuple_iterator(num_epochs=-1)
-            for k in phases}
-    out.write("ready", **memory_now())    # memory before the first step, the phases' pipelines running
-    spent = dict.fromkeys(phases, 0.0)
-    started = {}
-    done = 0
-    for chunk in rounds(cfg.steps, cfg.phase_rounds):
-        for k in phases:
+    # every seed's weights and datasets before the first step: slow on a loaded machine (a fresh network is built in
+    # PyNative), and only before the first step does the launcher's watchdog allow for it (helpers.job.stall)
+    starts = {x: start if x is None else seeded_start(start, fresh_params(x)) for x in seeds}
+    datasets = {x: _datasets(cfg, rank, world, x) for x in seeds}
+    spent, done, total = {}, 0, 0.0
+    for i, seed in enumerate(seeds):
+        data = {k: d.create_tuple_iterator(num_epochs=-1) for k, d in datasets.pop(seed).items()}
+        if i == 0:
+            out.write("ready", **memory_now())    # memory before the first step, the phases' pipelines running
+        states = dict.fromkeys(cfg.phase_samplers, starts.pop(seed))
+        started = {}
+        for chunk in rounds(cfg.steps, cfg.phase_rounds):
+            for k in cfg.phase_samplers:
+                load_state(step, states[k])
+                started.setdefault(k, state_digest(step_state(step)))    # what this phase really started from
+                t0 = time.perf_counter()
+                run_steps(step, data[k], chunk, phase_name(k, seed), done)
+                spent[k] = spent.get(k, 0.0) + time.perf_counter() - t0
+                states[k] = step_state(step)
+                done += len(chunk)
+        for k in cfg.phase_samplers:
             load_state(step, states[k])
-            started.setdefault(k, state_digest(step_state(step)))    # what this phase really started from
             t0 = time.perf_counter()
-            run_steps(step, data[k], chunk, k, done)
-            spent[k] += time.perf_counter() - t0
-            states[k] = step_state(step)
-            done += len(chunk)
-    for k in phases:
-        load_state(step, states[k])
-        t0 = time.perf_counter()
-        closing = finish()
-        out.write("phase_summary", phase=k, train_s=spent[k], finish_s=time.perf_counter() - t0,
-                  start_digest=started[k], **closing)
-    return dict(phases=phases, phase_rounds=len(rounds(cfg.steps, cfg.phase_rounds)),
-                train_s=float(sum(spent.values())))
+            closing = finish()
+            trained = spent.pop(k)
+            total += trained
+            out.write("phase_summary", phase=phase_name(k, seed), sampler=k, seed=seed, train_s=trained,
+                      finish_s=time.perf_counter() - t0, start_digest=started[k], **closing)
+        for it in data.values():
+            it.stop()                        # this seed's pipelines end before the next seed's start
+    return dict(phases=phase_names(cfg), phase_rounds=len(rounds(cfg.steps, cfg.phase_rounds)),
+                train_s=float(total))
 
 
 def state_digest(state: dict) -> str:

@@ -154,11 +154,13 @@ class _SumOverRanks:
         return self._op(ms.Tensor(np.asarray(values, dtype=np.float32))).asnumpy()
 
 
+BN_DIAGNOSTIC_ENV = "COURSE_BN_DIAGNOSTIC"   # benchmarks.ch01_seeds sets it, with compile_cache off (one graph more)
 EVAL_BATCH_FACTOR = 4   # inference keeps no activations for a backward pass: 4x the training batch fits where it fits
 
 
-def evaluate(cfg: JobConfig, net, rank: int, world: int) -> float:
-    """Top-1 accuracy on the held-out split, each rank on its shard, summed over ranks.
+def evaluate(cfg: JobConfig, net, rank: int, world: int, batch_stats: bool = False) -> float:
+    """Top-1 accuracy on the held-out split, each rank on its shard, summed over ranks (``batch_stats``: BatchNorm
+    normalising by each batch, padded with copies of its own rows, instead of its running statistics: a diagnostic).
 
     One inference graph in GRAPH_MODE on batches of ``EVAL_BATCH_FACTOR`` x the per-rank batch, the last one
     padded to the same shape (padding rows are not counted): one compilation, few launches. Measured in
@@ -171,12 +173,13 @@ def evaluate(cfg: JobConfig, net, rank: int, world: int) -> float:
 
     size = EVAL_BATCH_FACTOR * cfg.batch_per_rank
     val = build_dataset(cfg, "val", rank, world, batch_size=size, drop_remainder=False)
-    net.set_train(False)
+    net.set_train(batch_stats)
     correct = total = 0
     for images, labels in val.create_tuple_iterator(num_epochs=1, output_numpy=True):
         n = len(labels)
         if n < size:
-            images = np.concatenate([images, np.zeros((size - n,) + images.shape[1:], images.dtype)])
+            pad = np.resize(images, (size,) + images.shape[1:])[n:] if batch_stats else np.zeros_like(images[:1])
+            images = np.concatenate([images, np.resize(pad, (size - n,) + images.shape[1:])])
         pred = net(ms.Tensor(images)).asnumpy()[:n].argmax(axis=1)
         correct += int((pred == labels).sum())
         total += n
@@ -249,16 +252,27 @@ def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net
     """``cfg.phase_samplers`` trained in turn on one train step (``helpers.train.phases``); the job's summary."""
     from helpers.train.phases import train_phases
 
-    def finish():
-        return dict(accuracy=evaluate(cfg, net, rank, world) if cfg.evaluate else None,
-                    **dict(zip(("checksum", "param_sum"), param_checksum(net))))
+    def finish():    # BN_DIAGNOSTIC_ENV set: also the BatchNorm diagnostic, after the checksum
+        closing = dict(accuracy=evaluate(cfg, net, rank, world) if cfg.evaluate else None,
+                       **dict(zip(("checksum", "param_sum"), param_checksum(net))))
+        return closing | ({"accuracy_batch_stats": evaluate(cfg, net, rank, world, batch_stats=True)}
+                          if cfg.evaluate and os.environ.get(BN_DIAGNOSTIC_ENV) else {})
 
     def run_steps(stp, it, steps, phase, job_step0):
         _loop(cfg, rank, stp, it, out, NoProfiler(), steps, phase, job_step0)
 
-    return dict(train_phases(cfg, rank, world, out, step, run_steps, finish, memory_now_mb), steps=cfg.steps,
-                peak_rss_mb=peak_rss_mb(), conv_impl=cfg.conv_impl, device_target=cfg.device_target,
-                num_classes=num_classes)
+    def fresh_params(seed: int) -> dict:     # the weights ``seed`` initialises, as _build_train_step does
+        import mindspore as ms
+
+        from helpers.train.models import build_model
+
+        ms.set_seed(seed)
+        fresh = build_model(cfg.arch, num_classes, cfg.width, cfg.stem, cfg.conv_impl)
+        return {p.name: p.asnumpy() for p in fresh.get_parameters()}
+
+    return dict(train_phases(cfg, rank, world, out, step, run_steps, finish, memory_now_mb, fresh_params),
+                steps=cfg.steps, peak_rss_mb=peak_rss_mb(), conv_impl=cfg.conv_impl,
+                device_target=cfg.device_target, num_classes=num_classes)
 
 
 def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
@@ -309,8 +323,9 @@ def _one_step(step, batch, i: int, split) -> tuple[float, dict]:
 
     part, every, profiled_from = split
     if part is not None and part.compiled and is_split_step(i, every) and i < profiled_from:
-        loss, times = part(*batch)
-        return step_loss(loss)[0], times
+        out, times = part(*batch)
+        loss, extra = step_loss(out)
+        return loss, {**extra, **times}
     out = step_loss(step(*batch))
     if part is not None and not part.compiled:
         part.compile(*batch)

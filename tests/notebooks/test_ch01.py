@@ -30,3 +30,10 @@ def test_01_load_imbalance(standin, tmp_path):
     assert r["imagenet_scale_max_tv"]["stratified"] < r["imagenet_scale_max_tv"]["distributed_shuffle"]
     assert 0 < r["imagenet_scale_split_s"] < 5
     assert r["class_column_rejected"] is True
+    # Issue 32: every split over the ci preset's seeds; the robust effect is a verdict even at ci, nothing ranked
+    assert r["seeds"] == [1, 2] and all(len(v) == 2 for v in r["accuracy_by_seed"].values())
+    assert set(r["accuracy_by_seed"]) == set(r["final_loss_by_seed"]) == kinds
+    claims = {c["id"]: c for c in r["claims"]}
+    assert claims["shuffle_false_chance"]["holds"] is True and claims["phases_same_start"]["holds"] is True
+    assert claims["stratified_vs_shuffle"]["holds"] is None, "ci trains too little to compare the fix"
+    assert r["chapter_s"] > r["job_s"] > 0 and "min on this machine" in claims["chapter_time"]["text"]

@@ -120,10 +120,11 @@ def test_tables_and_figures_from_fake_jobs(shown):
     assert all(line.startswith("no straggler") for _, line in verdicts)    # 1-2 ms data waits of 1 s steps
 
 
-def test_one_job_runs_the_splits_as_phases_and_shows_their_time_without_the_first_step(shown, monkeypatch,
-                                                                                        tmp_path):
+def test_one_job_runs_the_splits_and_seeds_as_phases_and_shows_their_time_without_the_first_step(shown, monkeypatch,
+                                                                                                  tmp_path):
     from helpers.core.metrics import MetricsWriter
     from helpers.job.launch import load_result
+    from helpers.train.phases import phase_names
 
     kinds = list(chapter.STRATEGIES)
     launched = []
@@ -131,25 +132,46 @@ def test_one_job_runs_the_splits_as_phases_and_shows_their_time_without_the_firs
     def fake_run_job(cfg, progress="auto"):
         launched.append(cfg)
         cfg.save(tmp_path / "config.json")
+        phases = phase_names(cfg)
         for r in range(cfg.world_size):
             out = MetricsWriter(tmp_path, r)
-            for job_step, (i, k) in enumerate((i, k) for i in range(cfg.steps) for k in kinds):
-                out.write("step", step=i, job_step=job_step, phase=k, loss=1.0, class_counts=[[0, 1]],
-                          step_s=30.0 if job_step == 0 else 1.0, data_s=0.0)
-            for k in kinds:
-                out.write("phase_summary", phase=k, train_s=3.0, finish_s=0.5, accuracy=0.1,
-                          start_digest="same")
-            out.write("summary", phases=kinds, phase_rounds=2, num_classes=10)
+            for job_step, (i, k) in enumerate((i, k) for i in range(cfg.steps) for k in phases):
+                out.write("step", step=i, job_step=job_step, phase=k, loss=1.0 + 0.1 * int(k[-1]),
+                          class_counts=[[0, 1]], step_s=30.0 if job_step == 0 else 1.0, data_s=0.0)
+            for k in phases:
+                out.write("phase_summary", phase=k, train_s=3.0, finish_s=0.5, accuracy=0.1 * int(k[-1]),
+                          start_digest=f"seed{k[-1]}")
+            out.write("summary", phases=phases, phase_rounds=2, num_classes=10)
             out.close()
         return load_result(tmp_path, wall_s=40.0)
 
     monkeypatch.setattr(chapter, "run_job", fake_run_job)
     base = chapter.job_config("ci", rehearse=False, chapter="01", evaluate=True).replace(world_size=2,
                                                                                          global_batch=4, steps=3)
-    results = chapter.run_strategies(base, "none", one_job=True)
-    assert len(launched) == 1 and launched[0].phase_samplers == tuple(kinds)
-    assert list(results) == kinds and chapter.same_start(results) is True
+    results, repeats = chapter.run_strategies(base, "none", one_job=True, seeds=(1, 2))
+    assert len(launched) == 1 and launched[0].phase_samplers == tuple(kinds) and launched[0].phase_seeds == (1, 2)
+    assert list(results) == kinds and chapter.same_start(results) is True and repeats["same_start"] is True
+    assert repeats["accuracy"]["stratified"] == pytest.approx([0.1, 0.2])
+    assert repeats["final_loss"]["contiguous"] == pytest.approx([1.1, 1.2])
     assert chapter.phase_seconds(results["contiguous"]) == pytest.approx((2.0, 0.5))   # 2 later steps, evaluation
     text = " ".join(str(x) for x in shown)
-    assert "one digest on every rank" in text and "first step (30.0 s)" in text
+    assert "one digest per seed on every rank" in text and "first step (30.0 s)" in text
     assert ("contiguous", "2.0 s", "0.5 s", 0.1) in shown[-1][0]
+    shown.clear()
+    fig = chapter.show_repeats(repeats)
+    assert fig is not None and shown[1][0][0][1:3] == (0.1, 0.2) and shown[1][1][1:3] == ["seed 1", "seed 2"]
+
+
+def test_seeds_that_share_a_start_are_not_repeats():
+    one = {"a": SimpleNamespace(summaries={0: {"start_digest": "x"}})}
+    assert chapter.seeds_same_start({1: one, 2: one}) is False, "two seeds, one starting state"
+    other = {"a": SimpleNamespace(summaries={0: {"start_digest": "y"}})}
+    assert chapter.seeds_same_start({1: one, 2: other}) is True
+
+
+@pytest.mark.parametrize("preset, rehearse, override, want", [
+    ("cpu", False, None, (1, 2, 3, 4, 5)), ("ci", False, None, (1, 2)), ("gpu8", True, None, (1, 2)),
+    ("cpu", False, [7, 8], (7, 8))])
+def test_seeds_per_preset(preset, rehearse, override, want):
+    assert chapter.chapter_seeds(preset, rehearse, override) == want
+    assert len(chapter.SEEDS["cpu"]) >= 5, "issue 32: at least 5 seeds at cpu"

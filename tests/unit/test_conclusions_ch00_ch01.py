@@ -272,3 +272,17 @@ def test_ch01_time_verdict_per_split_both_outcomes():
     assert c.holds is False and "contiguous: rank 3 on vm held the others back by 210.0 ms per step" in c.text
     assert "cause data" in c.text and "time compute and communication apart" in c.text
     assert "time_verdict" not in by_id(chapter01_claims(ch01()))      # recorded before the verdict existed
+
+
+def test_ch01_with_seeds_judges_accuracy_over_them_not_one_run():
+    """Issue 32: one run's accuracy named a best and a worst split. With seeds the payoff is the repeats'
+    verdicts, and no sentence names a best split from one draw."""
+    by_seed = {"contiguous": [0.706, 0.692, 0.475, 0.80, 0.60], "distributed": [0.097, 0.103, 0.153, 0.10, 0.12],
+               "distributed_shuffle": [0.800, 0.869, 0.483, 0.70, 0.80], "stratified": [0.358, 0.694, 0.672, 0.70, 0.65]}
+    r = {**ch01(steps=30, seeds=[1, 2, 3, 4, 5], phases_of_one_job=True, phases_same_start=True, chapter_s=420.0,
+                job_s=360.0, lr_schedule="cosine"), "accuracy_by_seed": by_seed}
+    claims = by_id(chapter01_claims(r))
+    assert "accuracy" not in claims and not any("the best was" in c.text for c in claims.values())
+    assert claims["shuffle_false_chance"].holds is True and claims["stratified_vs_shuffle"].holds is True
+    assert "5 seeds ran as phases of one job" in claims["phases_same_start"].text
+    assert "7.0 min" in claims["chapter_time"].text and claims["chapter_time"].holds is None

@@ -85,7 +85,17 @@ class _FakeData:
         return self
 
     def create_tuple_iterator(self, num_epochs=-1):
-        return iter(_batches(self.seed))
+        return _FakeIterator(_batches(self.seed))
+
+
+class _FakeIterator(list):
+    """A pipeline's iterator: next() and stop() (called when its seed's phases are done)."""
+
+    def __next__(self):
+        return self.pop(0)
+
+    def stop(self):
+        self.clear()
 
 
 def test_phases_alternate_in_rounds_and_each_trains_as_if_alone(tmp_path, monkeypatch):
@@ -139,3 +149,65 @@ def test_a_phase_reads_as_its_own_job(tmp_path):
     assert strat.wall_s == 4.0                       # the slowest rank's steps + evaluation
     with pytest.raises(KeyError, match="no phase 'distributed'"):
         job.phase("distributed")
+
+
+def _fresh_dense(seed):
+    import mindspore as ms
+    from mindspore import nn
+
+    ms.set_seed(seed)
+    return {p.name: p.asnumpy() for p in nn.Dense(3, 2).get_parameters()}
+
+
+def test_seeds_run_seed_after_seed_each_from_its_own_weights(tmp_path, monkeypatch):
+    """Issue 32: every sampler once per seed; within a seed one start, the seed's fresh weights (optimizer state
+    as at the start), and each phase trains exactly as it would alone from that start."""
+    from helpers.train import data
+
+    orders = {"contiguous": 1, "stratified": 2}
+    monkeypatch.setattr(data, "build_dataset", lambda cfg, *a, **k: _FakeData(orders[cfg.sampler] + 10 * cfg.seed))
+    cfg, step = _dense_step()
+    cfg = cfg.replace(phase_samplers=list(orders), phase_rounds=2, phase_seeds=[3, 4])
+    start = phases.step_state(step)
+    out = MetricsWriter(tmp_path, 0)
+
+    def run_steps(stp, it, steps, phase, job_step0):
+        for i in steps:
+            out.write("step", step=i, job_step=job_step0 + i - steps.start, phase=phase, loss=_loss(stp(*next(it))))
+
+    summary = phases.train_phases(cfg, 0, 1, out, step, run_steps, lambda: {"accuracy": 0.5},
+                                  lambda: {"rss_mb": 1.0}, _fresh_dense)
+    out.close()
+    recs = read_records(metrics_path(tmp_path, 0))
+    steps = [r for r in recs if r["event"] == "step"]
+    names = ["contiguous@3", "stratified@3", "contiguous@4", "stratified@4"]
+    assert summary["phases"] == names == phases.phase_names(cfg)
+    per_seed = [[n] * 2 for n in names]            # seed 3's two phases in two rounds, then seed 4's
+    assert [r["phase"] for r in steps] == [x for a, b in (per_seed[:2], per_seed[2:]) for x in (a + b) * 2]
+    assert [r["job_step"] for r in steps] == list(range(16))
+    closing = {r["phase"]: r for r in recs if r["event"] == "phase_summary"}
+    assert list(closing) == names and closing["stratified@4"]["seed"] == 4
+    assert closing["stratified@4"]["sampler"] == "stratified"
+    digests = [closing[n]["start_digest"] for n in names]
+    assert digests[0] == digests[1] != digests[2] == digests[3], "one start per seed, a different one per seed"
+    for seed in (3, 4):
+        first = phases.seeded_start(start, _fresh_dense(seed))
+        assert all(np.array_equal(first[k], start[k]) for k in start if "moment" in k), "optimizer state kept"
+        for k, order in orders.items():
+            phases.load_state(step, first)
+            alone = [_loss(step(*b)) for b in _batches(order + 10 * seed)]
+            assert [r["loss"] for r in steps if r["phase"] == f"{k}@{seed}"] == pytest.approx(alone, rel=1e-6)
+
+
+def test_seeded_start_refuses_weights_the_step_does_not_have():
+    with pytest.raises(KeyError, match="lacks"):
+        phases.seeded_start({"w": np.zeros(2)}, {"w": np.ones(2), "extra": np.ones(1)})
+
+
+def test_config_phase_seeds_are_distinct_and_need_phases():
+    assert JobConfig(phase_samplers=["stratified"], phase_seeds=[1, 2]).validate().phase_seeds == (1, 2)
+    for bad in (dict(phase_seeds=[1, 2]), dict(phase_samplers=["stratified"], phase_seeds=[1, 1]),
+                dict(phase_samplers=["stratified"], phase_seeds=[-1])):
+        with pytest.raises(ConfigError) as err:
+            JobConfig(**bad).validate()
+        assert err.value.fields == ["phase_seeds"]
