@@ -26,6 +26,9 @@ def rehearse(stem: str, tmp_path: Path) -> dict:
     return r
 
 
+# nightly: the gpu8 recipe on 2 ranks runs in the default run in the rehearsals of chapters 02 and 04; the
+# pre-flight checks in tests/unit/test_preflight.py
+@pytest.mark.nightly
 def test_00_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("00_environment_setup", tmp_path)
     assert r["world_size"] == 2 and r["ranks_finished"] == 2 and r["weights_identical"] is True
@@ -34,6 +37,9 @@ def test_00_rehearsal(fake_imagenet, tmp_path):
     assert r["preflight_failed"] == [], "the pre-flight of the rehearsal tree passes"
 
 
+# nightly: phases from one restored state (lr step counter included) in tests/unit/test_phases.py and chapter 01's
+# ci notebook; the gpu8 recipe in the rehearsals of chapters 02 and 04
+@pytest.mark.nightly
 def test_01_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("01_load_imbalance", tmp_path)
     assert set(r["max_tv"]) == {"contiguous", "distributed", "distributed_shuffle", "stratified"}
@@ -46,6 +52,9 @@ def test_02_rehearsal(fake_imagenet, tmp_path):
     assert r["grad_max_abs_diff_no_bn"] <= 1e-6
 
 
+# nightly: the hybrid step's mechanisms in chapter 03's ci notebook (hybrid = one-process reference, merged
+# checkpoint); the gpu8 recipe in the rehearsals of chapters 02 and 04
+@pytest.mark.nightly
 def test_03_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("03_hybrid_parallel", tmp_path)
     assert r["layouts_run"] == ["2x1", "1x2"]
