@@ -35,6 +35,9 @@ CONV_FACTOR = {"native": 3.2, "im2col": 1.15}
 # chapter 02's grad_check runs the whole per-rank batch besides its micro-batches and keeps the graphs of three
 # networks and two built-in cells: 702 MB per rank measured against 551 MB for one full-batch graph
 TASK_EXTRA_MB = {"grad_check": 200.0}
+# a profiled CPU rank analyses its trace at the end: chapter 04's profiled ci jobs peaked 761-769 MB per rank above
+# the unprofiled estimate on 8 ranks (baseline 9,831 MB, cell_ids_only 9,893 MB), ~780 MB on 1 rank (AMP jobs)
+PROFILER_EXTRA_MB = 780.0
 CARD_RANK_MB = 1500.0   # a GPU/Ascend rank's host side (runtime, data pipeline); its activations live on the card
 POLL_S = 2.0
 BUDGET_MB = {"ci": 6 * 1024, "cpu": 10 * 1024}   # a chapter's peak host memory at these presets (issue 35: a 16 GB
@@ -67,7 +70,8 @@ def rank_need_mb(cfg) -> float:
                                accumulation_steps=cfg.accumulation_steps)
     except (ValueError, KeyError):
         return RANK_BASE_MB                  # a model the planner does not know (a benchmark's worker)
-    need = RANK_BASE_MB + TASK_EXTRA_MB.get(cfg.task, 0.0) + CONV_FACTOR[impl] * est.total_bytes / MIB
+    need = (RANK_BASE_MB + TASK_EXTRA_MB.get(cfg.task, 0.0) + (PROFILER_EXTRA_MB if cfg.profile else 0.0)
+            + CONV_FACTOR[impl] * est.total_bytes / MIB)
     return min(need, float(cfg.mem_cap_mb)) if cfg.mem_cap_mb else need   # the cap bounds the address space, so RSS
 
 

@@ -34,6 +34,7 @@ def my_job_processes() -> list[psutil.Process]:
 
 
 def test_a_real_job_that_does_not_fit_is_refused_before_anything_starts(ci_config, tmp_path, monkeypatch):
+    monkeypatch.delenv(hm.WAIT_ENV, raising=False)        # tests/conftest.py waits by default
     monkeypatch.setenv(hm.AVAILABLE_ENV, "1500")
     children = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(hm.NotEnoughHostMemory) as err:
@@ -72,6 +73,7 @@ def _start_first(cfg, tmp_path) -> tuple[threading.Thread, dict]:
 
 
 def test_two_course_jobs_that_do_not_fit_together(ci_config, tmp_path, monkeypatch, capfd):
+    monkeypatch.delenv(hm.WAIT_ENV, raising=False)        # tests/conftest.py waits by default
     first = ci_config.replace(name="first", world_size=2, global_batch=16, steps=40)
     second = ci_config.replace(name="second", world_size=2, global_batch=16, steps=2)
     thread, out = _start_first(first, tmp_path)
