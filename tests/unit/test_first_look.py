@@ -53,9 +53,9 @@ def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_ste
         asked.update(changes, name=name)
         return fake(job(every=1, slow=1, delay=0.3))
 
-    ch = SimpleNamespace(run=run, base=SimpleNamespace(profile_skip_steps=3, env={"A": "1"}))
+    ch = SimpleNamespace(run=run, base=SimpleNamespace(profile_skip_steps=3, env={"A": "1"}), plan=S.PLANS["ci"])
     look = S.first_look(ch)
-    assert asked == {"name": "first_look", "profile": False, "steps": 4,
+    assert asked == {"name": "first_look", "profile": False, "steps": 6,      # ci: 4 split steps are judged
                      "env": {"A": "1", "COURSE_TIME_SPLIT_EVERY": "1"}}
     (rows, headers), verdict = shown
     assert headers[1:5] == ["data (s)", "compute (s)", "communication (s)", "other (s)"] and len(rows) == 8
