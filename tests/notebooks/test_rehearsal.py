@@ -68,4 +68,5 @@ def test_04_rehearsal(fake_imagenet, tmp_path):
     assert 1 <= r["allreduce_per_step"]["fused"] < r["allreduce_per_step"]["baseline"]
     assert set(r["amp_step_time_s"]) == {"O0", "O1", "O2", "O3"}
     # the gpu8 recipe's loss-scale step is split like any other: the first look has its own split steps
-    assert r["first_look_verdict"]["method"] == "split" and r["first_look_steps"] >= 3
+    # (4 steps: 1-3 split, the first split step left out: 2 judged)
+    assert r["first_look_verdict"]["method"] == "split" and r["first_look_steps"] >= 2
