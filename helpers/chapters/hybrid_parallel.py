@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.conclusions.step_noise import per_step
 from helpers.core.config import JobConfig, config_table, job_config
 from helpers.core.errors import ConfigError
 from helpers.core.memory_planner import classifier_param_bytes
@@ -378,6 +379,7 @@ def recorded_values(preset: str, rehearse: bool, setup: Setup, *, feature_dim: i
                                          "hybrid": nums[setup.hybrid]["classifier_bytes"]},
         dp_layout=setup.data_parallel, hybrid_layout=setup.hybrid,
         img_per_s={n: v["img_per_s"] for n, v in nums.items()},
+        timed_step_s={n: per_step(r.metric("step_s")) for n, r in runs.items()},   # what img_per_s is the median of
         final_mean_loss={n: v["final_loss"] for n, v in nums.items()},
         merged_checkpoint_max_diff=resume["merged_checkpoint_max_diff"], resumed_on_layout=resume["resumed_on_layout"],
         bad_strategy_rejected=bad_strategy_rejected,

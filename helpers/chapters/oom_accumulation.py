@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers.conclusions import ch02
+from helpers.conclusions.step_noise import per_step
 from helpers.core import memory_planner as memory
 from helpers.core.config import JobConfig, config_table, job_config
 from helpers.core.errors import JobFailed
@@ -259,6 +260,8 @@ class OomChapter:
         self.host_mb["accumulated"] = self.acc.peak_host_mb
         mems = {"full_batch": self.mem_full, "accumulated": self.mem_acc}
         self.tp = {"full_batch": self.full.img_per_s(), "accumulated": self.acc.img_per_s()}
+        self.tp_steps = {"full_batch": per_step(self.full.metric("step_s")),     # what img_per_s is the median of
+                         "accumulated": per_step(self.acc.metric("step_s"))}
         # job_memory's measure: the device allocator on GPU/Ascend, RSS on CPU (peak_rss: the host's, always)
         self.memory = self.mem_full["memory"]
         self.peak = {k: m["max_peak"] for k, m in mems.items()}
@@ -375,7 +378,8 @@ class OomChapter:
             batch_per_rank=self.s.per_rank, micro_batch=self.s.micro, accumulation_steps=self.s.k,
             accumulated_samples_per_step=int(np.median(self.acc.metric("samples"))), conv_impl=self.s.impl,
             memory_measured=self.memory, peak_mb=self.peak, activation_mb=self.act, peak_rss_mb=self.peak_rss,
-            throughput_img_s=self.tp, grad_check_ranks=int(self.gc_ranks), peak_host_mb=self.host_mb,
+            throughput_img_s=self.tp, timed_step_s=self.tp_steps, grad_check_ranks=int(self.gc_ranks),
+            peak_host_mb=self.host_mb,
             host_budget_mb=BUDGET_MB.get(self.preset) if not self.rehearse else None,
             **grad, planner_slope_mib_per_image=p["planner_slope_mib_per_image"],
             measured_slope_mib_per_image=p["measured_slope_mib_per_image"],

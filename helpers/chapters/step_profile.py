@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from helpers.conclusions import ch04
+from helpers.conclusions.step_noise import compare, per_step, step_shares, unprofiled_steps
 from helpers.core.config import FUSE_ALL, JobConfig, config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import JobResult, run_job
@@ -37,7 +38,7 @@ PLANS = {
                       amp_world_size=None, amp_steps=3, amp_profile_from=2),
 }
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
-AMP_NOISE = 0.15            # AMP levels closer than 15 % on a shared 2-core machine: a tie
+AMP_NOISE = 0.15            # the AMP band's floor: levels closer than 15 % on a shared 2-core machine are a tie
 SWEEP_HEADERS = ["fusion", "AllReduce calls / step", "gradient buckets (predicted)", "mean call size (KB)",
                  "step time (s, no profiler)", "comm share (profiled)"]
 UNFUSED = "unfused (default)"
@@ -305,7 +306,9 @@ class Amp:
 
     @property
     def relative(self) -> dict:
-        return relative_to(self.step_s, "O0", noise=AMP_NOISE)
+        """Each level over O0; a tie within ``AMP_NOISE`` or, if wider, the levels' step-to-step noise band."""
+        band = compare(1.0, *(unprofiled_steps(j.result) for j in self.jobs.values()), floor=AMP_NOISE)["band"]
+        return relative_to(self.step_s, "O0", noise=band)
 
 
 def amp_levels(ch: Chapter) -> Amp:
@@ -362,7 +365,7 @@ def before_after(ch: Chapter, t_base: float, sweep: Sweep, amp: Amp) -> dict:
     label = min(candidates, key=lambda k: candidates[k].step_s)
     gb = baseline.result.config.global_batch
     out = dict(label=label, before_label=setting_label(UNFUSED, baseline.result.config), before=gb / t_base,
-               after=gb / candidates[label].step_s)
+               after=gb / candidates[label].step_s, after_steps=unprofiled_steps(candidates[label].result))
     show_table([(f"this machine, {ch.base.world_size} ranks ({label} vs {out['before_label']})", out["before"],
                  out["after"], out["after"] / out["before"])], ["", "before (img/s)", "after (img/s)", "speed-up"])
     left_out = sorted({k for k, j in amp.jobs.items() if measured_differently(j.result.config, baseline.result.config)})
@@ -392,12 +395,17 @@ def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep
         gradient_tensors=len(ch.param_bytes),
         allreduce_per_step={"baseline": bp.allreduce_per_step, "fused": fp.allreduce_per_step},
         step_time_s={"baseline": cross.t_base, "fused": sweep.fused.step_s},
+        timed_step_s={"baseline": unprofiled_steps(baseline.result), "fused": unprofiled_steps(sweep.fused.result),
+                      "baseline_profiled": per_step(baseline.result.metric("step_s"), ch.base.profile_skip_steps,
+                                                    ranks="mean"), "after": after["after_steps"]},
         comm_share={"baseline": bp.comm_share, "fused": fp.comm_share},
+        comm_share_per_step={"baseline": step_shares(bp), "fused": step_shares(fp)},
         comm_share_without_profiler=cross.share_without_profiler, no_reduce_step_time_s=cross.t_alone,
         profiler_overhead_ratio=cross.overhead, fusion_sweep=sweep.rows,
         cell_comm_fusion_allreduce_per_step=ids["ids_only"].profile.allreduce_per_step,
         cell_ids_with_fusion_allreduce_per_step=with_fusion.profile.allreduce_per_step if with_fusion else None,
-        amp_step_time_s=amp.step_s, amp_relative=amp.relative, amp_world_size=amp.world_size,
+        amp_step_time_s=amp.step_s, amp_relative=amp.relative,
+        amp_timed_step_s={k: unprofiled_steps(j.result) for k, j in amp.jobs.items()}, amp_world_size=amp.world_size,
         conv_impl=amp.conv_impl, conv_kernel_types=list(amp.conv_types), amp_kernels_per_step=amp.kernels,
         amp_cast_kernels_per_step={k: amp.kernels[k]["Cast"] for k in amp.kernels},
         o3_keeps_conv_bn_relu_kernels=facts["o3_same_kernels"], cpu_fp16=cpu_fp16_flags(),

@@ -4,13 +4,16 @@
 and step time; what ``Cell.set_comm_fusion`` alone does; the blog's ``mindspore.ops.comm_fusion``; the ``Cast``
 kernels AMP adds and the kernels O3 leaves separate (no verdict when none of the kernels compared was counted);
 and, as observations (expect nothing, asserted nowhere), the AMP levels' speed, the profiler's overhead, the
-reduction's cost without a profiler and the before/after. ``mindspore_facts()`` reads, from the installed
+reduction's cost without a profiler and the before/after. Step times are ranked only beyond the jobs' own
+step-to-step noise (``helpers.conclusions.step_noise``; within it fusion's share and step claims give no
+verdict), and each such sentence says it is one run. ``mindspore_facts()`` reads, from the installed
 MindSpore, what the errata quote.
 """
 
 from __future__ import annotations
 
 from helpers.conclusions import Claim, claim
+from helpers.conclusions.step_noise import compare, compare_shares, noise_words
 from helpers.topics.amp_kernels import all_zero
 from helpers.topics.comm_fusion import AUTO_FUSION_THRESHOLD, THRESHOLD_UNIT_BYTES
 
@@ -35,12 +38,17 @@ def same_kernels(kernels: dict, conv_types, a: str = "O0", b: str = "O3") -> boo
 
 
 def fusion_claims(r: dict) -> list[Claim]:
-    """Whether fusion cut the AllReduce calls, the communication share and the step time."""
-    ar, share, t = r["allreduce_per_step"], r["comm_share"], r["step_time_s"]
+    """Whether fusion cut the AllReduce calls, the communication share and the step time; the share and the step
+    time get a verdict only beyond the jobs' own step-to-step noise (``step_noise``), none within it."""
+    ar, share, t, timed = r["allreduce_per_step"], r["comm_share"], r["step_time_s"], r["timed_step_s"]
+    step = compare(t["fused"] / t["baseline"], timed["baseline"], timed["fused"])
+    cut = compare_shares(share["fused"] - share["baseline"], *r["comm_share_per_step"].values())
     f = dict(base=ar["baseline"], fused=ar["fused"], tensors=r["gradient_tensors"], grad_mb=r["gradient_mb"],
-             threshold_mib=AUTO_FUSION_THRESHOLD * THRESHOLD_UNIT_BYTES / 2**20, auto=AUTO_FUSION_THRESHOLD,
-             share_base=_pct(share["baseline"]), share_fused=_pct(share["fused"]),
-             t_base=t["baseline"], t_fused=t["fused"], ratio=t["fused"] / t["baseline"])
+             threshold_mib=AUTO_FUSION_THRESHOLD * THRESHOLD_UNIT_BYTES / 2**20, auto=AUTO_FUSION_THRESHOLD)
+    shares = dict(share_base=_pct(share["baseline"]), share_fused=_pct(share["fused"]), spread=cut["spread"],
+                  band=cut["band"], ranked=cut["ranked"], tie=cut["tie"], noise=noise_words(cut, "one run each"))
+    steps = dict(t_base=t["baseline"], t_fused=t["fused"], ratio=step["ratio"], noise=noise_words(step, "one run each"),
+                 spread=step["spread"], band=step["band"], ranked=step["ranked"], tie=step["tie"])
     per_tensor = ("one per gradient tensor" if ar["baseline"] == r["gradient_tensors"]
                   else "the model has {tensors} gradient tensors")
     what = (" `auto` is a bucket-size threshold, not one bucket: MindSpore sets {auto}, which data parallel counts in "
@@ -51,15 +59,20 @@ def fusion_claims(r: dict) -> list[Claim]:
               "Fusion `auto` cut the AllReduce calls per step from {base} (" + per_tensor + ") to {fused}." + what,
               "Fusion (`auto`) did not cut the AllReduce calls per step: {base} unfused (" + per_tensor
               + "), {fused} fused." + what, **f),
-        claim("fusion_cuts_comm_share", share["fused"] < share["baseline"],
-              "With fusion, communication fell from {share_base} to {share_fused} of the profiled step.",
-              "With fusion, communication did not fall: {share_base} of the profiled step unfused, {share_fused} fused.",
-              **f),
-        claim("fusion_shortens_step", t["fused"] < t["baseline"],
-              "Without the profiler, fusion took the step from {t_base:.3f} s to {t_fused:.3f} s ({ratio:.2f}x as long): "
-              "the same bytes move, fewer rendezvous of all ranks.",
+        claim("fusion_cuts_comm_share", cut["diff"] < 0 if cut["ranked"] else None,
+              "With fusion, communication fell from {share_base} to {share_fused} of the profiled step ({noise})."
+              if cut["ranked"] else
+              "With fusion, communication went from {share_base} to {share_fused} of the profiled step, {tie} "
+              "({noise}): this run does not show whether fusion cuts it.",
+              "With fusion, communication did not fall: {share_base} of the profiled step unfused, {share_fused} fused "
+              "({noise}).", **f, **shares),
+        claim("fusion_shortens_step", step["ratio"] < 1 if step["ranked"] else None,
+              "Without the profiler, fusion took the step from {t_base:.3f} s to {t_fused:.3f} s ({ratio:.2f}x as long; "
+              "{noise}): the same bytes move, fewer rendezvous of all ranks." if step["ranked"] else
+              "Without the profiler, fusion took the step from {t_base:.3f} s to {t_fused:.3f} s ({ratio:.2f}x), {tie} "
+              "({noise}): this run does not show whether fusion shortens the step.",
               "Without the profiler, fusion did not shorten the step: {t_base:.3f} s unfused, {t_fused:.3f} s fused "
-              "({ratio:.2f}x).", **f),
+              "({ratio:.2f}x; {noise}).", **f, **steps),
     ]
 
 
@@ -100,7 +113,8 @@ def amp_claims(r: dict) -> list[Claim]:
     cast_seen = not all_zero(cast[k] for k in ("O0",) + AMP_LEVELS)
     n_conv = {lv: sum(round(kernels[lv].get(t, 0)) for t in conv) for lv in ("O0", "O3")}
     n_sep = {lv: ", ".join(f"{t} {round(kernels[lv].get(t, 0))}" for t in SEPARATE_KERNELS) for lv in ("O0", "O3")}
-    rel = r["amp_relative"]
+    rel = r["amp_relative"]     # its ties: within AMP_NOISE or the levels' wider step noise (step_profile.Amp)
+    noise = noise_words(compare(1.0, *r["amp_timed_step_s"].values(), floor=rel["noise"]), "one run each")
     step = ", ".join(f"{k} {rel['rel'][k]:.2f}x" for k in AMP_LEVELS)
     verdicts = [f"{w}: {', '.join(rel[key])}" for key, w in (("slower", "slower"), ("faster", "faster"),
                                                              ("ties", f"within {rel['noise']:.0%} (a tie)")) if rel[key]]
@@ -113,8 +127,8 @@ def amp_claims(r: dict) -> list[Claim]:
         why = ("this CPU has no float16 arithmetic (" + ("`f16c`: conversions only" if fp16["f16c"] else
                "no float16 flags") + "), so float16 cannot speed the math and the casts are overhead")
         if rel["faster"]:
-            why += (f"; {', '.join(rel['faster'])} came out faster all the same, and one short job on a shared "
-                    f"2-core machine varies by more than {rel['noise']:.0%}: rerun before counting it as a gain")
+            why += (f"; {', '.join(rel['faster'])} came out faster all the same, in one short job per level on a "
+                    "shared machine: rerun before counting it as a gain")
     unseen = ("; the profile named no such kernel on {device} (all counts 0), so this run gives no verdict "
               "(a count of 0 here is a reading gap, not a measurement).")
     cast_figures = dict(casts=casts, device=device, **{f"cast_{k}": cast[k] for k in cast})
@@ -134,39 +148,47 @@ def amp_claims(r: dict) -> list[Claim]:
         claim("o3_fuses_nothing", None, "No convolution ({conv_words}), BatchNorm or ReLU kernels were counted at O0 "
               "or O3" + unseen, **conv_figures),
         claim("amp_speed_here", None,
-              "Step time relative to O0 on {device} with {ranks} {rank_word}: {step} ({verdicts}); {why}.",
-              step=step, verdicts="; ".join(verdicts), why=why, device=device,
+              "Step time relative to O0 on {device} with {ranks} {rank_word}: {step} ({verdicts}; {noise}); {why}.",
+              step=step, verdicts="; ".join(verdicts), why=why, device=device, noise=noise,
               ranks=r["amp_world_size"], rank_word="rank" if r["amp_world_size"] == 1 else "ranks", **{f"rel_{k}": rel["rel"][k] for k in AMP_LEVELS}),
     ]
 
 
 def measurement_claims(r: dict) -> list[Claim]:
-    """Observations: profiler overhead, the reduction's cost without a profiler, before/after."""
-    ov = r["profiler_overhead_ratio"]
+    """Observations: profiler overhead, the reduction's cost without a profiler, before/after; the overhead and the
+    before/after are ranked only beyond the steps' own noise (``step_noise``)."""
+    ov, timed, img = r["profiler_overhead_ratio"], r["timed_step_s"], r["img_per_s"]
     share_np, share_p = r["comm_share_without_profiler"], r["comm_share"]["baseline"]
     agree = abs(share_np - share_p) <= AGREE_POINTS
+    # the profiled steps against the unprofiled ones of the same job: its own step-to-step spread is the noise
+    cost = compare(ov, timed["baseline"], timed["baseline_profiled"])
+    gain = compare(img["after"] / img["before"], timed["baseline"], timed["after"])
     return [
-        # Recorded, not asserted: a few profiled vs unprofiled steps of one job on a shared 2-core machine; the
-        # ratio moves with whatever else runs (compare the runs in benchmarks/results/comm_fusion.json).
         claim("profiler_overhead", None,
-              "The profiler made the step {ratio:.2f}x as long ({pct:+.0%}) in this run; "
-              "one short job on a shared machine, so this is recorded, not a property.",
-              ratio=ov, pct=ov - 1),
+              "The profiler made the step {ratio:.2f}x as long ({pct:+.0%}; {noise}); "
+              "one short job on a shared machine, so this is recorded, not a property." if cost["ranked"] else
+              "The profiled steps took {ratio:.2f}x as long as the unprofiled ones ({pct:+.0%}), {tie} "
+              "({noise}): the profiler's cost is not measurable in this run; recorded, not a property.",
+              ratio=ov, pct=ov - 1, noise=noise_words(cost), spread=cost["spread"], band=cost["band"],
+              ranked=cost["ranked"], tie=cost["tie"]),
         claim("reduction_cost_without_profiler", None,
-              ("Dropping the gradient reduction took the step from {t_base:.3f} s to {t_alone:.3f} s: the reduction costs "
-               "{share_np} of the step without the profiler, against {share_p} read from the profile — "
-               + ("within 15 points: the profile can be trusted for this question." if agree else
-                  "more than 15 points apart: without the reduction the ranks also stop waiting for each other, and the "
-                  "profiler's own cost lands on kernels unevenly.")),
+              ("Dropping the gradient reduction took the step from {t_base:.3f} s to {t_alone:.3f} s (one run each): "
+               "the reduction costs {share_np} of the step without the profiler, against {share_p} read from the "
+               "profile — " + ("within 15 points: the profile can be trusted for this question." if agree else
+                               "more than 15 points apart: without the reduction the ranks also stop waiting for each "
+                               "other, and the profiler's own cost lands on kernels unevenly.")),
               t_base=r["step_time_s"]["baseline"], t_alone=r["no_reduce_step_time_s"], share_np=_pct(share_np),
               share_p=_pct(share_p), agree=agree),
         claim("before_after_here", None,
-              "On this machine the fastest configuration measured like the baseline ({after}) ran "
-              "{after_img:.1f} img/s against the baseline's ({before}) {before_img:.1f} ({speedup:.2f}x). The blog's "
-              "120 → 185 img/s is its move from data to hybrid parallel (chapter 03), not fusion + O3, so it is not "
-              "compared here.",
-              after=r["after_config"], before=r["before_config"], before_img=r["img_per_s"]["before"],
-              after_img=r["img_per_s"]["after"], speedup=r["img_per_s"]["after"] / r["img_per_s"]["before"]),
+              "On this machine the configuration measured like the baseline with the shortest step ({after}) ran "
+              "{after_img:.1f} img/s against the baseline's ({before}) {before_img:.1f} ("
+              + ("{speedup:.2f}x; {noise})." if gain["ranked"] else
+                 "{speedup:.2f}x), {tie} ({noise}): this run does not rank them.")
+              + " The blog's 120 → 185 img/s is its move from data to hybrid parallel (chapter 03), not fusion + O3, "
+              "so it is not compared here.",
+              after=r["after_config"], before=r["before_config"], before_img=img["before"], after_img=img["after"],
+              speedup=gain["ratio"], noise=noise_words(gain, "one run each"), spread=gain["spread"],
+              band=gain["band"], ranked=gain["ranked"], tie=gain["tie"]),
     ]
 
 

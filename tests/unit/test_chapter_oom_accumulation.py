@@ -14,7 +14,7 @@ from helpers.topics import memory_scenarios as scenarios
 RECORD_KEYS = {
     "preset", "rehearsal", "device_target", "arch", "world_size", "oom_reproduced", "oom_error_kind", "mem_cap_mb",
     "accumulation_succeeded", "batch_per_rank", "micro_batch", "accumulation_steps", "accumulated_samples_per_step",
-    "conv_impl", "memory_measured", "peak_mb", "peak_rss_mb", "peak_host_mb", "host_budget_mb", "activation_mb", "throughput_img_s", "grad_check_ranks", "grad_check_same_on_all_ranks",
+    "conv_impl", "memory_measured", "peak_mb", "peak_rss_mb", "peak_host_mb", "host_budget_mb", "activation_mb", "throughput_img_s", "timed_step_s", "grad_check_ranks", "grad_check_same_on_all_ranks",
     "grad_max_abs_diff_no_bn", "grad_max_abs_diff_bn", "grad_max_rel_diff_bn", "grad_cosine_bn",
     "grad_max_abs_diff_bn_frozen", "grad_max_rel_diff_bn_frozen", "grad_cosine_bn_frozen", "bn_frozen_layers",
     "builtin_cell_grad_ratio", "builtin_parallel_grad_ratio", "planner_slope_mib_per_image",
@@ -114,6 +114,7 @@ def fake_chapter() -> oa.OomChapter:
     ch.memory, ch.peak = "rss", {"full_batch": 3000.0, "accumulated": 2000.0}
     ch.act, ch.peak_rss = {"full_batch": 1500.0, "accumulated": 500.0}, dict(ch.peak)
     ch.tp, ch.gc_ranks = {"full_batch": 50.0, "accumulated": 40.0}, 2
+    ch.tp_steps = {"full_batch": [1.9, 2.0], "accumulated": [2.4, 2.5]}
     ch.host_mb = {"full_batch": 4100.0, "accumulated": 2900.0}
     ch.grad = oa.grad_check_record([summary(0), summary(1)])
     return later_steps(ch)

@@ -135,7 +135,8 @@ def test_sweep_row_and_recorded_values_from_the_jobs():
     cross = S.CrossCheck(1.1, 2.0, 2.2, 1.5)
     facts = dict(mindspore_version="2.10", comm_fusion_module_exists=False, fusion_enabled_by_default=False,
                  o3_same_kernels=True)
-    after = dict(label="fusion auto, AMP O0", before_label="fusion unfused (default), AMP O0", before=8.0, after=16.0)
+    after = dict(label="fusion auto, AMP O0", before_label="fusion unfused (default), AMP O0", before=8.0, after=16.0,
+                 after_steps=[1.0, 1.0])
     ids = {"ids_only": base, "ids_with_fusion": None}
     r = S.recorded_values(ch, base, cross, sweep, ids, amp, after, facts)
     assert r["allreduce_per_step"] == {"baseline": 20, "fused": 1}

@@ -20,6 +20,7 @@ def base_record():
         "peak_rss_mb": {"full_batch": 1420.9, "accumulated": 785.9},
         "activation_mb": {"full_batch": 1016.1, "accumulated": 374.1},
         "throughput_img_s": {"full_batch": 86.3, "accumulated": 198.2},
+        "timed_step_s": {"full_batch": [2.20, 2.25], "accumulated": [0.96, 0.98]},
         "grad_check_ranks": 2, "grad_check_same_on_all_ranks": True,
         "grad_max_abs_diff_no_bn": 1.1e-8, "grad_max_abs_diff_bn": 0.32, "grad_max_rel_diff_bn": 2.08,
         "grad_cosine_bn": 0.7194, "grad_max_abs_diff_bn_frozen": 8.4e-9, "grad_max_rel_diff_bn_frozen": 1.8e-7,
@@ -140,10 +141,34 @@ def test_on_a_card_the_memory_claim_is_the_device_memory(base_record):
 def test_throughput_text_follows_the_ratio(base_record):
     c = by_id(base_record)["throughput"]
     assert c.holds is None and "2.30x" in c.text and "was the slower job" in c.text
+    assert "one run each; step-to-step spread ±1.6% (at least 2 steps a job), ranked beyond 5.0%" in c.text
     c = changed(base_record, throughput_img_s={"full_batch": 100.0, "accumulated": 98.0})["throughput"]
-    assert "0.98x" in c.text and "hide the fixed cost" in c.text
+    assert "0.98x" in c.text and "within noise" in c.text and "does not rank them" in c.text
     c = changed(base_record, throughput_img_s={"full_batch": 100.0, "accumulated": 60.0})["throughput"]
     assert "0.60x" in c.text and "40% slower" in c.text
+
+
+# two jobs whose steps moved by ~9 % (std over the median): differences under 2 x 9 % are within their noise
+NOISY = {"full_batch": [1.0, 1.1, 1.2], "accumulated": [1.0, 1.1, 1.2]}
+
+
+@pytest.mark.parametrize("acc, word", [(112.0, "within noise"), (88.0, "within noise"),
+                                       (130.0, "was the slower job"), (70.0, "30% slower")])
+def test_throughput_ranks_only_beyond_the_jobs_own_step_noise(base_record, acc, word):
+    """12 % apart with steps varying by ~9 % is a tie (the fixed 5 % band ranked it); 30 % apart is ranked."""
+    c = changed(base_record, throughput_img_s={"full_batch": 100.0, "accumulated": acc}, timed_step_s=NOISY)
+    assert word in c["throughput"].text and c["throughput"].holds is None
+    assert c["throughput"].figures["ranked"] is (word != "within noise")
+    assert "step-to-step spread ±9.1%" in c["throughput"].text and "ranked beyond 18.2%" in c["throughput"].text
+
+
+def test_throughput_with_one_timed_step_says_its_noise_was_not_measured(base_record):
+    c = changed(base_record, throughput_img_s={"full_batch": 100.0, "accumulated": 104.0},
+                timed_step_s={"full_batch": [1.0], "accumulated": [0.96]})["throughput"]
+    assert "within noise" in c.text and "one timed step in a job, so the step-to-step spread was not measured" in c.text
+    c = changed(base_record, throughput_img_s={"full_batch": 100.0, "accumulated": 120.0},
+                timed_step_s={"full_batch": [1.0], "accumulated": [0.83]})["throughput"]
+    assert "was the slower job" in c.text and "not measured, ranked beyond 5.0%" in c.text
 
 
 def test_planner_slope_explained_by_composite_kernel_copies(base_record):
