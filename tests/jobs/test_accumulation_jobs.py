@@ -1,7 +1,7 @@
-"""Real 8-rank msrun jobs for chapter 02: a rank over its memory cap fails the job with kind 'oom' leaving no
-process behind. The 8-rank gradient check (accumulated == full batch without BatchNorm, the built-in cells'
-factor K) and the accumulated training run are chapter 02's own jobs, asserted in
-tests/notebooks/test_ch02.py rather than run twice in CI."""
+"""Real msrun jobs for chapter 02: a rank over its memory cap fails the job with kind 'oom' leaving no
+process behind (2 ranks: what is tested is one rank's failure). The gradient check (accumulated == full batch
+without BatchNorm, the built-in cells' factor K) and the accumulated training run are chapter 02's own jobs,
+asserted in tests/notebooks/test_ch02.py rather than run twice in CI."""
 
 import pytest
 
@@ -21,7 +21,7 @@ def test_a_rank_over_its_memory_cap_fails_with_oom_and_nothing_is_left(ci_config
     # Measure, then cap: half a memory-pool block (512 MB) below what the measured run reserved leaves
     # room for start-up and compilation but not for MindSpore's CPU memory pool (1 GiB blocks), so the
     # step's first allocation fails.
-    cfg = ci_config.replace(conv_impl="native", steps=2)
+    cfg = ci_config.replace(conv_impl="native", steps=2, world_size=2, global_batch=16)   # any rank over its cap
     measured = job_memory(run_job(cfg, progress="text", run_root=tmp_path / "measured"))
     cap = cap_below(measured["max_vms_peak"], 512)
     with pytest.raises(JobFailed) as info:

@@ -193,7 +193,7 @@ QUEUED_SUBMITTER = """
 import json, sys
 from helpers.core.config import job_config
 from helpers.job.launch import run_job
-cfg = job_config("ci", name=sys.argv[2], chapter="tests", world_size=4, global_batch=32, steps=2, conv_impl="im2col",
+cfg = job_config("ci", name=sys.argv[2], chapter="tests", world_size=2, global_batch=16, steps=2, conv_impl="im2col",
                  timeout_s=400.0, launcher="slurm", slurm={"nodes": 1, "partition": "one"})
 res = run_job(cfg, progress="text", run_root=sys.argv[1])
 print("RESULT " + json.dumps(dict(checksum=res.summaries[0]["checksum"], run_dir=str(res.run_dir))))
@@ -231,7 +231,7 @@ def test_three_participants_at_once_queue_on_a_one_job_server_and_each_sees_its_
     assert sum(bool(w) and any("(Resources)" in line or "(Priority)" in line for line in w) for w in waits) >= 2
     spans = sorted(run_interval(r["run_dir"]) for r in results)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"jobs overlapped: {spans}"
-    alone = run_job(ci_config.replace(world_size=4, global_batch=32, steps=2, conv_impl="im2col"), progress="none",
+    alone = run_job(ci_config.replace(world_size=2, global_batch=16, steps=2, conv_impl="im2col"), progress="none",
                     run_root=tmp_path / "alone")
     assert {r["checksum"] for r in results} == {alone.summaries[0]["checksum"]}
     print(f"three jobs ran one after another: {[(round(b - a, 1)) for a, b in spans]} s each")
