@@ -26,7 +26,7 @@ def rehearse(stem: str, tmp_path: Path) -> dict:
     return r
 
 
-# nightly: the gpu8 recipe on 2 ranks runs in the default run in the rehearsals of chapters 02 and 04; the
+# nightly: the gpu8 recipe on 2 ranks runs in the default run in the rehearsal of chapter 04; the
 # pre-flight checks in tests/unit/test_preflight.py
 @pytest.mark.nightly
 def test_00_rehearsal(fake_imagenet, tmp_path):
@@ -38,7 +38,7 @@ def test_00_rehearsal(fake_imagenet, tmp_path):
 
 
 # nightly: phases from one restored state (lr step counter included) in tests/unit/test_phases.py and chapter 01's
-# ci notebook; the gpu8 recipe in the rehearsals of chapters 02 and 04
+# ci notebook; the gpu8 recipe in the rehearsal of chapter 04
 @pytest.mark.nightly
 def test_01_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("01_load_imbalance", tmp_path)
@@ -46,6 +46,10 @@ def test_01_rehearsal(fake_imagenet, tmp_path):
     assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
 
 
+# nightly: accumulation over the gpu8 recipe's AMP O2 network in tests/unit/test_accumulation_check.py; chapter 02's
+# out-of-memory, accumulation and gradient check in its ci notebook; its card memory branch (device peaks) in
+# tests/unit/test_chapter_oom_accumulation.py; the gpu8 recipe on 2 ranks in the rehearsal of chapter 04
+@pytest.mark.nightly
 def test_02_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("02_oom_gradient_accumulation", tmp_path)
     assert r["oom_reproduced"] is True and r["accumulation_succeeded"] is True
@@ -53,7 +57,7 @@ def test_02_rehearsal(fake_imagenet, tmp_path):
 
 
 # nightly: the hybrid step's mechanisms in chapter 03's ci notebook (hybrid = one-process reference, merged
-# checkpoint); the gpu8 recipe in the rehearsals of chapters 02 and 04
+# checkpoint); the gpu8 recipe in the rehearsal of chapter 04
 @pytest.mark.nightly
 def test_03_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("03_hybrid_parallel", tmp_path)

@@ -99,3 +99,29 @@ def test_freeze_batchnorm_sets_every_batchnorm_to_running_statistics():
     assert freeze_batchnorm(net) == 2
     assert all(c.use_batch_statistics is False for _, c in net.cells_and_names() if isinstance(c, nn.BatchNorm2d))
     assert freeze_batchnorm(small_net()) == 0
+
+
+def test_accumulation_trains_the_gpu8_recipes_o2_network():
+    """Chapter 02 on a card accumulates over the gpu8 recipe's AMP O2 network (dynamic loss scale dropped: the
+    accumulating step owns the update); the same code path on a tiny ResNet-18 (its rehearsal, ResNet-50 at
+    224 px, runs nightly)."""
+    import mindspore as ms
+
+    from helpers.core.config import job_config
+    from helpers.train.grad_accumulation import AccumulatingTrainStep
+    from helpers.train.worker import _build_train_step
+
+    ms.set_device("CPU")
+    ms.set_context(mode=ms.GRAPH_MODE)        # the worker's mode (PyNative fails O2's im2col matmul on CPU)
+    cfg = job_config("gpu8", rehearse=True, arch="resnet18", width=0.125, image_size=16)
+    assert cfg.amp_level == "O2" and cfg.loss_scale == "dynamic", "the gpu8 recipe this test stands for"
+    net, step = _build_train_step(cfg, 10)
+    acc = AccumulatingTrainStep(step.network, step.optimizer, 2)
+    before = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
+    rng = np.random.default_rng(0)
+    micro = [(ms.Tensor(rng.standard_normal((2, 3, 16, 16)).astype(np.float32)),
+              ms.Tensor(rng.integers(0, 10, 2).astype(np.int32))) for _ in range(2)]
+    losses = [float(acc(micro)) for _ in range(2)]
+    assert all(np.isfinite(losses)), losses
+    moved = [n for n, p in ((p.name, p.asnumpy()) for p in net.trainable_params()) if not np.allclose(p, before[n])]
+    assert len(moved) == len(before), f"{len(before) - len(moved)} parameters not updated"
