@@ -101,10 +101,9 @@ def test_freeze_batchnorm_sets_every_batchnorm_to_running_statistics():
     assert freeze_batchnorm(small_net()) == 0
 
 
-def test_accumulation_trains_the_gpu8_recipes_o2_network():
-    """Chapter 02 on a card accumulates over the gpu8 recipe's AMP O2 network (dynamic loss scale dropped: the
-    accumulating step owns the update); the same code path on a tiny ResNet-18 (its rehearsal, ResNet-50 at
-    224 px, runs nightly)."""
+def o2_accumulation_run() -> dict:
+    """Two accumulated steps over the gpu8 recipe's AMP O2 network on a tiny ResNet-18, in graph mode (the worker's
+    mode; in PyNative O2's im2col matmul fails on CPU): the recipe, the losses, and how many parameters moved."""
     import mindspore as ms
 
     from helpers.core.config import job_config
@@ -112,9 +111,8 @@ def test_accumulation_trains_the_gpu8_recipes_o2_network():
     from helpers.train.worker import _build_train_step
 
     ms.set_device("CPU")
-    ms.set_context(mode=ms.GRAPH_MODE)        # the worker's mode (PyNative fails O2's im2col matmul on CPU)
+    ms.set_context(mode=ms.GRAPH_MODE)
     cfg = job_config("gpu8", rehearse=True, arch="resnet18", width=0.125, image_size=16)
-    assert cfg.amp_level == "O2" and cfg.loss_scale == "dynamic", "the gpu8 recipe this test stands for"
     net, step = _build_train_step(cfg, 10)
     acc = AccumulatingTrainStep(step.network, step.optimizer, 2)
     before = {p.name: p.asnumpy().copy() for p in net.trainable_params()}
@@ -122,6 +120,17 @@ def test_accumulation_trains_the_gpu8_recipes_o2_network():
     micro = [(ms.Tensor(rng.standard_normal((2, 3, 16, 16)).astype(np.float32)),
               ms.Tensor(rng.integers(0, 10, 2).astype(np.int32))) for _ in range(2)]
     losses = [float(acc(micro)) for _ in range(2)]
-    assert all(np.isfinite(losses)), losses
-    moved = [n for n, p in ((p.name, p.asnumpy()) for p in net.trainable_params()) if not np.allclose(p, before[n])]
-    assert len(moved) == len(before), f"{len(before) - len(moved)} parameters not updated"
+    moved = sum(not np.allclose(p.asnumpy(), before[p.name]) for p in net.trainable_params())
+    return dict(recipe=[cfg.amp_level, cfg.loss_scale], losses=losses, moved=int(moved), params=len(before))
+
+
+def test_accumulation_trains_the_gpu8_recipes_o2_network():
+    """Chapter 02 on a card accumulates over the gpu8 recipe's AMP O2 network (dynamic loss scale dropped: the
+    accumulating step owns the update); the same code path on a tiny ResNet-18 (its rehearsal, ResNet-50 at
+    224 px, runs nightly). In a fresh interpreter: graph mode and O2's casts stay out of this test process."""
+    from helpers.core.fresh_python import call_fresh
+
+    r = call_fresh("tests.unit.test_accumulation_check:o2_accumulation_run", timeout_s=300)
+    assert r["recipe"] == ["O2", "dynamic"], "the gpu8 recipe this test stands for"
+    assert all(np.isfinite(r["losses"])), r["losses"]
+    assert r["moved"] == r["params"], f"{r['params'] - r['moved']} parameters not updated"
