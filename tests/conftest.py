@@ -11,6 +11,16 @@ os.environ.setdefault("GLOG_v", "3")
 os.environ.setdefault("COURSE_MEMORY_WAIT_S", "1800")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def mindspore_on_cpu():
+    """MindSpore's device set once per test process, before any test runs a kernel: a kernel run first (test_hybrid)
+    initialises the default device, and a later test's ms.set_device("CPU") then raises "The runtime has been
+    initialized" (test_phases after test_hybrid in one process failed so)."""
+    import mindspore as ms
+
+    ms.set_device("CPU")
+
+
 @pytest.fixture(scope="session")
 def standin():
     """The digits stand-in (real images, class-sorted, unequal classes) at the course's data/digits."""
