@@ -12,17 +12,15 @@ from __future__ import annotations
 
 import numpy as np
 
+from helpers.core.step_times import per_step_s
+
 SPREAD_WIDTH = 2.0      # a ranked difference exceeds twice the larger job's step-to-step spread
 
 
 def per_step(step_s, start: int = 1, end: int | None = None, ranks: str = "slowest") -> list[float]:
-    """Each timed step's time, the series ``helpers.core.step_times.steady_step_s`` takes the median of: steps
-    ``start..end-1`` of ``step_s`` (ranks x steps; all steps when none is left), per step the slowest rank's time
-    or the ranks' mean (``ranks="mean"``)."""
-    a = np.atleast_2d(np.asarray(step_s, dtype=float))
-    if a.shape[1] > start:
-        a = a[:, start:end]
-    return [float(x) for x in (a.max(axis=0) if ranks == "slowest" else a.mean(axis=0))]
+    """Each timed step's time, the series ``helpers.core.step_times.steady_step_s`` takes the median of
+    (``per_step_s``: steps ``start..end-1``, the slowest rank's or the ranks' mean), as a list for the records."""
+    return [float(x) for x in per_step_s(step_s, start, ranks, end)]
 
 
 def unprofiled_steps(result) -> list[float]:
