@@ -212,13 +212,21 @@ class JobWatch:
         stalled = sorted(set(stalled_ranks(self.cfg.stall_s, self.cfg.compile_stall_s, self.progress,
                                            self.step_times, now))
                          | set(quiet_before_first_step(self.progress, idle, now)) | set(stopped))
-        if not stalled:
+        if not stalled or self._unsettled(stalled):
             return None
         beats = {r: read_beat(self.run_dir, r) for r in self.progress}
         stuck, why = stuck_ranks(stalled, self.progress, beats, now, idle, stopped)
         lines = [self._stuck_line(r, beats.get(r) or {}, idle, now) for r in stuck]
         rank = stuck[0] if len(stuck) < len(self.progress) else None
         return Verdict("hang", rank, f"ranks {stuck} stopped making progress ({why}):\n  " + "\n  ".join(lines))
+
+    def _unsettled(self, stalled: list[int]) -> bool:
+        """Ranks whose last step came less than ``stall_s / 2`` after the stalled ranks' last progress are neither
+        stalled nor moving yet: under load one step's records land seconds apart, and the first ranks past the limit
+        are not the ones that hold the job up (a Slurm run named the waiting ranks 0 and 3 for hung rank 2)."""
+        last = max(self.progress[r].time for r in stalled)
+        return any(p.event == "step" and p.time < last + self.cfg.stall_s / 2
+                   for r, p in self.progress.items() if r not in stalled)
 
     def _stuck_line(self, r: int, beat: dict, idle: dict[int, float], now: float) -> str:
         """One stuck rank: how long without a record, its CPU (or stopped process), where its main thread is."""

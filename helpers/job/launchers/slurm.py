@@ -150,6 +150,8 @@ class SlurmLauncher:
             return None
         said = [line for p in self.slurm_dir.glob("batch-*.log") for line in p.read_text(errors="replace").splitlines()
                 if "cannot see" in line]
+        if not said and not ended and time.monotonic() - self._running_since < 2 * SHARED_FS_WAIT_S:
+            return None     # a node slow to start (a loaded machine) has not said why yet: wait for its own words
         return Verdict("crash", None, f"node(s) {', '.join(missing)} did not write their token into {self.run_dir}: "
                        "the run directory must be on a filesystem every node sees (set COURSE_HOME or run_root to a "
                        "shared path, such as a home directory on NFS)" + (f"\n  {said[0]}" if said else ""))
