@@ -12,12 +12,12 @@ kernels, MindSpore's allocator counters) are observations (``holds=None``) whose
 from __future__ import annotations
 
 from helpers.conclusions import Claim, claim
-from helpers.conclusions.step_noise import compare, noise_words
+from helpers.conclusions.step_noise import THROUGHPUT_FLOOR, compare, noise_words
 
 TOL = 1e-5            # float32 rounding over a few hundred thousand summed gradient elements
 COSINE_TOL = 1e-6     # |1 - cosine| for "the same direction" (rounding gives ~1e-12)
 SLOPE_EXPLAINED = 0.25   # planner + composite-kernel copies within 25 % of the measured slope: "explained"
-TIE = 0.05            # the throughput band's floor (the chapter's former fixed tie): what moves between two jobs
+TIE = THROUGHPUT_FLOOR   # the throughput band's floor (helpers.conclusions.step_noise)
 
 
 def _oom(r: dict) -> Claim:

@@ -12,10 +12,10 @@ layouts, both on the CPU path (PyNative, explicit collectives), which is not com
 from __future__ import annotations
 
 from helpers.conclusions import Claim, claim
-from helpers.conclusions.step_noise import compare, noise_words
+from helpers.conclusions.step_noise import THROUGHPUT_FLOOR, compare, noise_words
 
 TOLERANCE = 1e-5        # float32 rounding of one update is ~1e-7; a wrong split is off by 1e-3 or more
-TIE = 0.05              # the throughput band's floor: within 5% is a tie whatever the steps' spread (shared machine)
+TIE = THROUGHPUT_FLOOR   # the throughput band's floor (helpers.conclusions.step_noise)
 
 
 def _mp(name: str) -> int:

@@ -15,6 +15,7 @@ import numpy as np
 from helpers.core.step_times import per_step_s
 
 SPREAD_WIDTH = 2.0      # a ranked difference exceeds twice the larger job's step-to-step spread
+THROUGHPUT_FLOOR = 0.05  # two jobs' img/s within 5 % are a tie whatever their steps' spread (a shared machine)
 
 
 def per_step(step_s, start: int = 1, end: int | None = None, ranks: str = "slowest") -> list[float]:
