@@ -3,6 +3,7 @@
 
 import json
 import os
+import time
 from pathlib import Path
 
 import psutil
@@ -131,10 +132,57 @@ def test_footprint_counts_shared_pages_once_and_the_peak_sampler_keeps_the_large
     assert two < rss_two, "the shared part counted once"
     peak = fp.HostPeak()
     peak.sample([os.getpid()])
-    assert peak.record()["peak_host_mb"] > 0 and peak.samples == 1
+    assert peak.record()["peak_host_mb"] > 0 and peak.samples == 1 and peak.pss_reads == 1
     with fp.sampling([os.getpid()], every_s=0.01) as p:
         pass
     assert p.samples >= 1 and p.peak_mb > 0
+
+
+def _forked_child_sharing(megabytes: int):
+    """A parent's ``megabytes`` of touched anonymous memory, and a forked child that shares them copy-on-write
+    (what MindSpore's profiler analysis does to a rank); returns (child process, its stop pipe)."""
+    import multiprocessing as mp
+
+    import numpy as np
+
+    block = np.ones(megabytes * 2 ** 20 // 8)      # touched: resident, anonymous
+    ctx = mp.get_context("fork")
+    parent_end, child_end = ctx.Pipe()
+    child = ctx.Process(target=child_end.recv)     # waits; touches nothing of the block
+    child.start()
+    return block, child, parent_end
+
+
+def test_a_forked_childs_copy_on_write_pages_are_counted_once_in_the_peak():
+    block, child, stop = _forked_child_sharing(200)
+    try:
+        time.sleep(0.5)
+        procs = [psutil.Process(), psutil.Process(child.pid)]
+        cheap, _ = fp.footprint(procs)
+        pss = fp.pss_mb(procs)
+        peak = fp.HostPeak()
+        peak.sample([os.getpid()])
+    finally:
+        stop.send(None)
+        child.join()
+    mine = psutil.Process().memory_full_info().pss / 2 ** 20
+    assert cheap > pss + 150, "the cheap figure counts the child's copy-on-write block again"
+    assert pss - mine < 100, "the child adds little PSS of its own"
+    assert peak.peak_mb == pytest.approx(pss, rel=0.1) and peak.peak_cheap_mb > peak.peak_mb + 150
+    del block
+
+
+def test_pss_is_read_again_only_when_the_cheap_figure_grows_or_time_passes(monkeypatch):
+    cheap = iter([1000.0, 1010.0, 1100.0, 1100.0])
+    monkeypatch.setattr(fp, "footprint", lambda procs: (next(cheap), 0.0))
+    reads = iter([900.0, 990.0, 950.0])
+    monkeypatch.setattr(fp, "pss_mb", lambda procs: next(reads))
+    monkeypatch.setattr(fp, "tree", lambda pids: [])
+    peak = fp.HostPeak()
+    assert [peak.sample([]) for _ in range(3)] == [900.0, 900.0, 990.0]     # +1 % skipped, +10 % read
+    assert peak.pss_reads == 2
+    monkeypatch.setattr(fp, "PSS_EVERY_S", 0.0)
+    assert peak.sample([]) == 950.0 and peak.pss_reads == 3 and peak.peak_mb == 990.0, "flat, but time passed"
 
 
 def test_machine_jobs_lists_live_launchers_and_drops_dead_ones(tmp_path, monkeypatch):
