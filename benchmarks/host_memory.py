@@ -67,10 +67,14 @@ def measure(preset: str, only: list[str] | None, out: str) -> dict:
     cmd = [sys.executable, "-m", "helpers.course", "run", "--preset", preset, "--out", out]
     proc = subprocess.run(cmd + (["--only", *only] if only else []), cwd=resolve("."))
     summary = resolve(out) / preset / "summary.json"
-    runs = json.loads(summary.read_text()) if summary.exists() else []
+    return course_entry(preset, json.loads(summary.read_text()) if summary.exists() else [], since, proc.returncode)
+
+
+def course_entry(preset: str, runs: list[dict], since: float, returncode: int) -> dict:
+    """The preset's entry from a course run started at ``since`` (its summary's chapters; also course_time's run)."""
     jobs = jobs_since(resolve("runs"), since, preset)
     cache = resolve("runs/compile_cache")
-    return dict(returncode=proc.returncode, chapters={r["stem"]: chapter_entry(r, jobs, preset) for r in runs},
+    return dict(returncode=returncode, chapters={r["stem"]: chapter_entry(r, jobs, preset) for r in runs},
                 compile_cache_mb=round(du_mb(cache), 1) if cache.is_dir() else 0.0,
                 data_mb=round(du_mb(resolve("data")), 1) if resolve("data").is_dir() else 0.0,
                 cores=os.cpu_count(), machine=machine())
