@@ -193,6 +193,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
 
     from helpers.train.data import build_dataset
     from helpers.train.image_folder import scan_split
+    from helpers.train.shared_compile import take_leader_graph
 
     parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
     if not cfg.grad_reduce:   # no DistributedGradReducer, so no gradient AllReduce: each rank trains alone
@@ -216,6 +217,8 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
         from helpers.train.grad_accumulation import AccumulatingTrainStep
 
         step = AccumulatingTrainStep(step.network, step.optimizer, cfg.accumulation_steps)
+    # every rank but 0 loads rank 0's compiled train step instead of compiling it at the same time
+    out.write("graph_share", result=take_leader_graph(cfg, rank, world))
     if cfg.phase_samplers:   # chapter 01: one phase per sampler, one launch
         return _train_phases(cfg, rank, world, out, net, step, num_classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()

@@ -17,7 +17,8 @@ import pytest
 from helpers.core.errors import JobFailed
 from helpers.job.processes import processes_with_env
 from helpers.job.launch import run_job
-from helpers.core.metrics import read_records
+from helpers.core.metrics import metrics_path, read_records
+from helpers.train.shared_compile import LOADED_LOG
 
 pytestmark = pytest.mark.jobs
 
@@ -36,13 +37,23 @@ def port_of(run_dir: Path) -> int:
 
 
 def test_eight_ranks_train_and_end_with_identical_weights(ci_config, tmp_path):
-    res = run_job(ci_config.replace(steps=2), progress="text", run_root=tmp_path)
+    """Also: with a cold compile cache ranks 1-7 load rank 0's compiled step (``helpers.train.shared_compile``), and
+    train exactly as ranks that each compiled their own (a job without the cache)."""
+    cold = {"MS_COMPILER_CACHE_PATH": str(tmp_path / "cold_cache")}
+    res = run_job(ci_config.replace(steps=2, glog_v=2, env=cold), progress="text", run_root=tmp_path / "shared")
     assert res.ranks == list(range(8))
     assert res.metric("loss").shape == (8, 2)
     assert res.weights_identical
     assert len(set(res.metric("loss")[:, 0])) > 1, "ranks saw different data"
     assert res.returncode == 0 and res.wall_s > 0
     assert not processes_with_port(res.config.master_port)
+    shares = {r: rec["result"] for r in range(8) for rec in read_records(metrics_path(res.run_dir, r))
+              if rec["event"] == "graph_share"}
+    assert shares[0] == "not applicable" and all(shares[r].startswith("loaded rank 0's graph") for r in range(1, 8))
+    loaded = [r for r in range(8) if LOADED_LOG in (res.run_dir / "logs" / f"worker_{r}.log").read_text()]
+    assert loaded == list(range(1, 8)), "MindSpore loaded the copied graph on every other rank, compiled it on 0"
+    alone = run_job(ci_config.replace(steps=2, compile_cache=False), progress="none", run_root=tmp_path / "alone")
+    assert (alone.metric("loss") == res.metric("loss")).all() and alone.summary("checksum") == res.summary("checksum")
 
 
 def test_a_failing_rank_is_named_within_15_s_and_nothing_is_left(ci_config, tmp_path):

@@ -1,0 +1,67 @@
+"""``helpers.train.shared_compile``: which ranks take rank 0's graph, and that they take it only once it is whole."""
+
+import os
+import stat
+
+import pytest
+
+from helpers.core.config import job_config
+from helpers.train import shared_compile as sc
+
+ENV = {sc.CACHE_ENABLE_ENV: "1", sc.ROLE_ENV: "MS_WORKER"}
+
+
+def cfg(**kw):
+    return job_config("ci", name="t", chapter="t", **kw)
+
+
+def env(tmp_path):
+    return {**ENV, sc.CACHE_PATH_ENV: str(tmp_path / "cache")}
+
+
+def write_rank0(tmp_path, mode=0o400) -> tuple:
+    graph, digest = sc.graph_files(str(tmp_path / "cache"), 0, "MS_WORKER")
+    graph.parent.mkdir(parents=True)
+    graph.write_bytes(b"graph zero")
+    digest.write_bytes(b"h" * 64)
+    for f in (graph, digest):
+        os.chmod(f, mode)
+    return graph, digest
+
+
+@pytest.mark.parametrize("change, rank, world", [
+    ({}, 0, 8), ({}, 1, 1), (dict(device_target="GPU"), 1, 8), (dict(strategy_file="s.ckpt"), 1, 8),
+    (dict(local_world_size=4), 1, 8)])
+def test_only_other_ranks_of_a_one_machine_data_parallel_cpu_job_take_the_graph(tmp_path, change, rank, world):
+    assert sc.applies(cfg(), 1, 8, env(tmp_path))
+    assert not sc.applies(cfg(**change), rank, world, env(tmp_path))
+    assert not sc.applies(cfg(), 1, 8, {**env(tmp_path), sc.CACHE_ENABLE_ENV: "0"}), "no cache, nothing to share"
+
+
+def test_the_graph_is_copied_read_only_and_the_hash_last(tmp_path, monkeypatch):
+    write_rank0(tmp_path)
+    order = []
+    real = os.replace
+    monkeypatch.setattr(sc.os, "replace", lambda a, b: (order.append(os.path.basename(b)), real(a, b)))
+    text = sc.take_leader_graph(cfg(), 3, 8, env(tmp_path))
+    graph, digest = sc.graph_files(str(tmp_path / "cache"), 3, "MS_WORKER")
+    assert text.startswith("loaded rank 0's graph") and graph.read_bytes() == b"graph zero"
+    assert order == [graph.name, digest.name] == ["MS_WORKERcompile_cache_0.mindir",
+                                                  "MS_WORKERcompile_dependency.hash"]
+    assert not graph.stat().st_mode & stat.S_IWUSR and not digest.stat().st_mode & stat.S_IWUSR
+    assert sorted(p.name for p in graph.parent.iterdir()) == sorted(order), "no temporary file left"
+
+
+def test_a_graph_still_being_written_is_not_taken_and_the_rank_compiles_itself(tmp_path):
+    write_rank0(tmp_path, mode=0o600)      # MindSpore makes a file read-only once it is closed
+    text = sc.take_leader_graph(cfg(), 2, 8, env(tmp_path), wait_s=0.5)
+    assert text.startswith("compiled itself") and not (tmp_path / "cache" / "rank_2").exists()
+
+
+def test_a_rank_with_its_own_cached_graph_keeps_it(tmp_path):
+    write_rank0(tmp_path)
+    graph, digest = sc.graph_files(str(tmp_path / "cache"), 5, "MS_WORKER")
+    graph.parent.mkdir(parents=True)
+    graph.write_bytes(b"own")
+    digest.write_bytes(b"own hash")
+    assert sc.take_leader_graph(cfg(), 5, 8, env(tmp_path)) == "own cache" and graph.read_bytes() == b"own"
