@@ -25,6 +25,7 @@ from benchmarks.table import RESULTS_DIR, write_results_md
 # name -> takes --preset; in the order `all` runs them (cheap, single-process ones first)
 BENCHMARKS = {
     "sampler": False, "conv_cpu": False, "launch_overhead": False, "startup": True, "sampler_phases": True,
+    "shared_compile": True,
     "vs_pytorch": False,
     "vs_model_train": True,
     "vs_mindcv": True,
@@ -32,7 +33,7 @@ BENCHMARKS = {
     "course_time": True, "ci_time": False,
 }
 SAVES_ITSELF = {"vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
-                "sampler_phases", "ci_time", "time_split"}
+                "sampler_phases", "ci_time", "time_split", "shared_compile"}
 
 
 def _json_from(text: str) -> dict:

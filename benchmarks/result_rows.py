@@ -306,6 +306,19 @@ def phase_rows(rows: Rows) -> None:
              f"ways {d.get('max_loss_diff')}")
 
 
+def shared_compile_rows(rows: Rows) -> None:
+    """``benchmarks.shared_compile``: a cold cache, ranks loading rank 0's compiled step / each compiling its own."""
+    d = rows.results.get("shared_compile")
+    if not d:
+        return
+    med = d.get("median") or {}
+    rows.add(f"cold compile cache, {d.get('world_size')} ranks: first step, ranks load rank 0's graph / each compiles",
+             d.get("first_step_shared_over_own"), "< 1", "shared_compile",
+             f"{d.get('preset')} preset, median of {d.get('repeats')} alternated: "
+             f"{get_in(med, 'shared', 'first_step_s'):.1f} s vs {get_in(med, 'own', 'first_step_s'):.1f} s; job wall "
+             f"{d.get('wall_shared_over_own', 0):.2f}x; same losses and weights: {d.get('same_losses_and_weights')}")
+
+
 def pytorch_rows(rows: Rows) -> None:
     """One CPU train step of the course's ResNet-18 layout, MindSpore (im2col) / PyTorch (``vs_pytorch``)."""
     cases = get_in(rows.results, "vs_pytorch", "cases") or {}
@@ -388,7 +401,8 @@ def training_rows(rows: Rows) -> None:
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
 
 
-ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, host_memory_rows, phase_rows, pytorch_rows, knob_rows,
+ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, host_memory_rows, phase_rows,
+              shared_compile_rows, pytorch_rows, knob_rows,
               launch_and_data_rows, training_rows)
 
 

@@ -22,14 +22,16 @@ ROLE_ENV = "MS_ROLE"      # a rank's role (msrun sets "MS_WORKER"), MindSpore's 
 RANK_FOLDER, GRAPH_FOLDER, HASH_NAME = "/rank_", "graph_cache", "compile_dependency.hash"
 GRAPH_PREFIX, GRAPH_SUFFIX = "compile_cache_", ".mindir"
 LOADED_LOG = "Use the compilation cache and execute the backend actions only"   # a rank that loaded it logs this
+SHARE_ENV = "COURSE_SHARE_GRAPH"   # "0": every rank compiles its own graph (benchmarks.shared_compile's baseline)
 WAIT_S, POLL_S = 180.0, 0.2
 
 
 def applies(cfg, rank: int, world: int, env=os.environ) -> bool:
     """Whether this rank should take rank 0's graph: CPU, data parallel (or alone), every rank on this machine,
-    the compile cache on, not rank 0."""
+    the compile cache on, not rank 0, and not turned off with ``COURSE_SHARE_GRAPH=0``."""
     return (rank != 0 and world > 1 and cfg.device_target == "CPU" and not cfg.strategy_file
-            and cfg.local_workers == world and env.get(CACHE_ENABLE_ENV) == "1" and bool(env.get(CACHE_PATH_ENV)))
+            and cfg.local_workers == world and env.get(SHARE_ENV, "1") != "0" and env.get(CACHE_ENABLE_ENV) == "1"
+            and bool(env.get(CACHE_PATH_ENV)))
 
 
 def graph_files(cache: str, rank: int, role: str) -> tuple[Path, Path]:

@@ -36,6 +36,7 @@ def test_only_other_ranks_of_a_one_machine_data_parallel_cpu_job_take_the_graph(
     assert sc.applies(cfg(), 1, 8, env(tmp_path))
     assert not sc.applies(cfg(**change), rank, world, env(tmp_path))
     assert not sc.applies(cfg(), 1, 8, {**env(tmp_path), sc.CACHE_ENABLE_ENV: "0"}), "no cache, nothing to share"
+    assert not sc.applies(cfg(), 1, 8, {**env(tmp_path), sc.SHARE_ENV: "0"}), "turned off"
 
 
 def test_the_graph_is_copied_read_only_and_the_hash_last(tmp_path, monkeypatch):
