@@ -29,6 +29,11 @@ from helpers.train.strategy_layout import Layout, merge_shards
 
 CPU_STEPS = 10     # the cpu preset's steps: PyNative hybrid steps take 8-14 s each on 2 cores
 MIN_CLASSES = 1000
+# The out-of-memory experiment's ranks, at most the world (gpu8, its rehearsal: the world). A data-parallel rank holds
+# the whole ~100 MB classifier with gradient and momentum (8 such ranks: 9.2 GB of host memory at ci); the cap is per
+# rank, so 2 ranks show the failure within host_memory.BUDGET_MB. Not 4 (cpu): twice the memory, and 2x2 all-reduces
+# its slice (ci model: 3240 MB after the step, 25 above 1x2), narrowing the window below 4x1's reservation (3335 MB).
+OOM_RANKS = {"ci": 2, "cpu": 2}
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class Setup:
     layouts: list
     resume_layout: str
     work: Path
+    oom_ranks: int | None = None    # ranks of the out-of-memory experiment (None: the world size)
 
     @property
     def hybrid(self) -> str:
@@ -54,6 +60,11 @@ class Setup:
         return self.base.device_target == "CPU"
 
     @property
+    def runs_oom(self) -> bool:
+        """The out-of-memory experiment runs on the CPU presets (a rehearsal mirrors the card run, which skips it)."""
+        return self.on_cpu and not self.base.rehearsal
+
+    @property
     def path_short(self) -> str:
         return "PyNative with explicit collectives" if self.on_cpu else "SEMI_AUTO_PARALLEL (compiled graph)"
 
@@ -61,7 +72,7 @@ class Setup:
     def path_name(self) -> str:
         if self.on_cpu:
             return ("CPU: explicit collectives in PyNative mode (helpers.train.hybrid_step, create_group sub-groups), "
-                    "every layout incl. 8x1")
+                    f"every layout incl. {self.data_parallel}")
         return f"{self.base.device_target}: SEMI_AUTO_PARALLEL + shard() + strategy_ckpt_config"
 
 
@@ -71,22 +82,39 @@ def default_layouts(world: int, layouts=None, resume_layout=None) -> tuple[list,
     return layouts, resume_layout or (f"2x{world // 2}" if world >= 8 else f"{world}x1")
 
 
+def oom_world(preset: str, rehearse: bool, world: int, oom_ranks=None) -> int:
+    """Ranks of the out-of-memory experiment: ``oom_ranks``, else the preset's ``OOM_RANKS`` (at most ``world``)."""
+    return int(oom_ranks or min(world if rehearse else OOM_RANKS.get(preset, world), world))
+
+
 def prepare(preset: str, rehearse: bool, *, steps=None, num_classes=None, layouts=None, resume_layout=None,
-            **overrides) -> Setup:
-    """The preset's config (the data prepared), the classifier padded to ``num_classes`` (None: at least 1,000)."""
+            oom_ranks=None, **overrides) -> Setup:
+    """The preset's config (the data prepared), the classifier padded to ``num_classes`` (None: at least 1,000),
+    the out-of-memory experiment on ``oom_ranks`` ranks (None: ``OOM_RANKS``)."""
     base = job_config(preset, rehearse=rehearse, chapter="03", steps=steps or {"cpu": CPU_STEPS}.get(preset),
                       **overrides)
     index = prepare_data(base)
     layouts, resume_layout = default_layouts(base.world_size, layouts, resume_layout)
     base = base.replace(num_classes=num_classes or max(MIN_CLASSES, len(index.classes)))
-    return Setup(base, layouts, resume_layout, new_run_dir("03", "strategies"))
+    return Setup(base, layouts, resume_layout, new_run_dir("03", "strategies"),
+                 oom_world(preset, rehearse, base.world_size, oom_ranks))
+
+
+def oom_setting(setup: Setup) -> str:
+    """The setup table's words for the out-of-memory experiment's ranks."""
+    if not setup.runs_oom:
+        return "not run here (the CPU presets run it)"
+    dp, hyb = hybrid.oom_layouts(setup.oom_ranks or setup.base.world_size)
+    return f"{dp.world} ranks: {dp.name} against {hyb.name}, {setup.base.batch_per_rank} images per rank (section 2)"
 
 
 def show_setup(setup: Setup) -> None:
-    """Show the chapter's settings: the preset's, the class count, the layouts and the hybrid path."""
+    """Show the chapter's settings: the preset's, classes, layouts, the out-of-memory experiment's, the path."""
     show_table(config_table(setup.base) + [("num_classes", setup.base.num_classes),
                                            ("layouts", ", ".join(setup.layouts)),
-                                           ("resume on", setup.resume_layout), ("hybrid path", setup.path_name)],
+                                           ("resume on", setup.resume_layout),
+                                           ("out-of-memory experiment", oom_setting(setup)),
+                                           ("hybrid path", setup.path_name)],
                ["setting", "value"])
 
 
@@ -127,20 +155,21 @@ def oom_rows(oom: dict) -> list[tuple]:
 
 
 def run_oom(setup: Setup, oom_classes=None, oom_steps: int = 1, progress="auto") -> dict | None:
-    """Section 2 on the CPU presets (a rehearsal mirrors the card run, which skips it); None elsewhere."""
-    base, world = setup.base, setup.base.world_size
-    if not setup.on_cpu or base.rehearsal:
+    """Section 2 on ``setup.oom_ranks`` ranks where it runs (``Setup.runs_oom``); None elsewhere."""
+    base = setup.base
+    if not setup.runs_oom:
         where = "the gpu8 rehearsal (it mirrors the card run)" if base.rehearsal else base.device_target
         show_md(f"**Not run on {where}:** on cards the cap is the device pool's `max_size`; the experiment runs on "
                 "the CPU presets.")
         return None
-    hyb_layout = next((Layout.parse(n) for n in setup.layouts if Layout.parse(n).mp > 1), Layout(world // 2, 2))
-    oom = hybrid.classifier_oom(base, Layout(world, 1), hyb_layout, oom_classes or hybrid.oom_classes(base),
+    dp_layout, hyb_layout = hybrid.oom_layouts(setup.oom_ranks or base.world_size)
+    oom = hybrid.classifier_oom(base, dp_layout, hyb_layout, oom_classes or hybrid.oom_classes(base),
                                 new_run_dir("03", "oom"), steps=oom_steps, progress=progress)
     show_table(oom_rows(oom), ["layout", "classifier MB per rank", "peak virtual size per rank (MB)", "cap (MB)",
                                "under the cap"])
-    show_md(f"{oom['num_classes']:,} classes. The data-parallel job under the cap ended with:\n\n"
-            f"```\n{hybrid.oom_message(oom['error'])}\n```")
+    show_md(f"{oom['num_classes']:,} classes, {oom['world_size']} ranks per job (the chapter's other jobs: "
+            f"{base.world_size}), {oom['batch_per_rank']} images per rank. The data-parallel job under the cap ended "
+            f"with:\n\n```\n{hybrid.oom_message(oom['error'])}\n```")
     return oom
 
 
@@ -384,6 +413,7 @@ def recorded_values(preset: str, rehearse: bool, setup: Setup, *, feature_dim: i
         merged_checkpoint_max_diff=resume["merged_checkpoint_max_diff"], resumed_on_layout=resume["resumed_on_layout"],
         bad_strategy_rejected=bad_strategy_rejected,
         oom={k: v for k, v in oom.items() if k not in OOM_RECORD_DROPS} if oom else None,
+        oom_world_size=oom.get("world_size") if oom else None,
         mem_cap_mb=oom["cap_mb"] if oom else None,
         dp_oom_reproduced=bool(oom and oom["dp_oom_reproduced"]),
         hybrid_fits_under_cap=bool(oom and oom["hybrid_fits_under_cap"]),

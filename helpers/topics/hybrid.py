@@ -11,7 +11,7 @@ from pathlib import Path
 
 from helpers.core.errors import ConfigError
 from helpers.core.memory_planner import classifier_param_bytes
-from helpers.train.hybrid_classifier import classifier_layout, num_classes_of
+from helpers.train.hybrid_classifier import NO_CHECKPOINT_ENV, classifier_layout, num_classes_of
 from helpers.train.hybrid_step import TRACE_ENV
 from helpers.train.strategy_file import build_strategy, read_strategy, save_strategy
 from helpers.train.strategy_layout import Layout
@@ -56,26 +56,39 @@ def classifier_bytes_planned(feature_dim: int, num_classes: int, layout: Layout)
     return classifier_param_bytes(feature_dim, num_classes, layout.mp)
 
 
-CAP_BELOW_DP = 0.75     # the cap sits this many per-rank classifier savings below the data-parallel peak
+CAP_ABOVE_HYBRID = 1.2   # the cap sits this many per-rank classifier savings above the hybrid layout's peak
+CAPPED_TIMEOUT_S = 180.0  # the capped jobs' timeout (at most the config's): one that hangs fails in 3 min, not 10
 
 
-def cap_between(dp_vms_peak_mb: float, saving_mb: float) -> int:
-    """The per-rank address-space cap of the out-of-memory experiment: ``CAP_BELOW_DP x saving_mb`` below the
-    data-parallel run's measured peak virtual size, ``saving_mb`` being the classifier bytes (weight + bias) a
-    rank of the hybrid layout holds less.
+def cap_above_hybrid(hybrid_vms_peak_mb: float, saving_mb: float) -> int:
+    """The per-rank address-space cap of the out-of-memory experiment: ``CAP_ABOVE_HYBRID x saving_mb`` above the
+    uncapped hybrid run's peak virtual size after its step, ``saving_mb`` being the classifier bytes (weight + bias)
+    a hybrid rank holds less than a data-parallel one.
 
-    Measured on the CPU path (ci model: 64 features, 400,000 classes, 8 ranks, one step; saving 49.6 MB per rank):
-    peak virtual size after the step 3326 MB under 8x1, 3215 MB under 4x2 (the classifier, its momentum and
-    gradient scale with the slice: 2-2.2x the saving). The peaks are read after the step, and the step's
-    transients push the true need higher: under a 3227 MB cap the 4x2 job failed although it had peaked at
-    3215 MB uncapped. Under 3290 MB the 4x2 job fitted and 8x1 failed at its first operator (MindSpore's memory
-    pool could not reserve its block: a readable out-of-memory error). Nearer the data-parallel peak the 8x1 job
-    fails at whatever small allocation comes last (a thread's stack: ``Resource temporarily unavailable``, a
-    communication buffer), which reads as a ``crash``. Hence 0.75x the saving below the 8x1 peak (3289 MB)."""
+    Measured on the CPU path (ci model: 64 features, 400,000 classes, 2 ranks, one step; saving 49.6 MB per rank;
+    one 2-rank job per cap and run). 2x1: its memory pool reserves its block at the first large operator (virtual
+    size ~2270 -> ~3337 MB). It failed there with a readable out-of-memory error in all 10 runs under 3274-3325 MB
+    and in 2 of 3 under 3330-3335 MB (the third: a thread's stack, ``Resource temporarily unavailable``, a
+    ``crash``); under 3340, 3345 and 3360 MB the reservation passed, an AllReduce buffer failed and both ranks hung
+    until the timeout. So clean below R = 3325 MB. 1x2 (its ranks write no checkpoint: ``NO_CHECKPOINT_ENV``) is at
+    H = 3215-3232 MB after its step (one rank at 3215 in every run, the other at 3215 or 3227); it failed under
+    3225, 3232 (a thread's stack) and 3236 MB, and trained under 3240 (twice), 3255, 3274 (3 runs) and 3284 MB:
+    it needs 3240 MB. 1.2x the saving (60 MB) above H puts the cap at 3274 MB at H = 3215 (34 MB above the need,
+    51 below R) and at 3291 MB at H = 3232 (51 and 34). (With its checkpoint, MindSpore's save_checkpoint copies
+    the slice twice: the 1x2 job failed under 3255, 3270 and 3278 MB and trained under 3285 MB, a window of 40 MB.)
+    Should the window shift, a capped job that hangs fails after ``CAPPED_TIMEOUT_S``. At the cpu preset (128
+    features, 200,000 classes, 2 ranks; the former placement, 2x the saving, with checkpoints): 1x2 at 3232 MB,
+    cap 3330 MB, 2x1 (3415 MB uncapped) failed with an out-of-memory error, 1x2 trained; this placement (~3290 MB)
+    is unmeasured there."""
     if saving_mb <= 0:
         raise ConfigError(f"the layout saves {saving_mb:.1f} MB of classifier per rank: nothing for a cap to "
                           "tell apart (use mp > 1 and more classes)")
-    return int(dp_vms_peak_mb - CAP_BELOW_DP * saving_mb)
+    return int(hybrid_vms_peak_mb + CAP_ABOVE_HYBRID * saving_mb)
+
+
+def cap_limits(cfg, cap: int | None) -> dict:
+    """A job's config changes under ``cap`` (None: none): the cap, and at most ``CAPPED_TIMEOUT_S`` to finish."""
+    return {} if cap is None else {"mem_cap_mb": int(cap), "timeout_s": min(cfg.timeout_s, CAPPED_TIMEOUT_S)}
 
 
 # A rank's virtual size varies between runs: the kernel's high-water mark (VmPeak) of one 4x2 rank reached
@@ -94,15 +107,25 @@ def oom_classes(cfg, classifier_bytes: int = OOM_CLASSIFIER_BYTES) -> int:
     return int(round(classifier_bytes / (4 * feature_width(cfg.arch, cfg.width)), -2))
 
 
+def oom_layouts(ranks: int) -> tuple[Layout, Layout]:
+    """The out-of-memory experiment on ``ranks`` ranks: data parallel, and the classifier split 2 ways (2: 2x1, 1x2)."""
+    if isinstance(ranks, bool) or not isinstance(ranks, int) or ranks < 2 or ranks % 2:
+        raise ConfigError(f"oom_ranks: an even number of ranks, at least 2 (data parallel against a classifier "
+                          f"split 2 ways), got {ranks!r}")
+    return Layout(ranks, 1), Layout(ranks // 2, 2)
+
+
 def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: int, work, steps: int = 1,
                    progress: str = "auto") -> dict:
     """The failure hybrid parallel fixes, for real: a classifier of ``num_classes`` (the data's classes padded
     with image-less ones) trained data parallel (``dp_layout``, mp = 1) and on ``hybrid_layout``, every job on
-    the same path (CPU: explicit collectives, PyNative). Three jobs of ``steps`` steps:
+    the same path (CPU: explicit collectives, PyNative), on the layouts' ranks with ``cfg``'s per-rank batch.
+    Four jobs of ``steps`` steps:
 
-    1. data parallel without a cap: its per-rank peak virtual size (what ``RLIMIT_AS`` counts);
-    2. data parallel under ``cap_between(peak, saving)``: expected to fail with ``JobFailed(kind="oom")``;
-    3. the hybrid layout under the same cap: expected to finish; its peak shows the margin below the cap
+    1. data parallel, then 2. the hybrid layout, without a cap: their per-rank peak virtual size (what
+       ``RLIMIT_AS`` counts);
+    3. data parallel under ``cap_above_hybrid(hybrid peak, saving)``: expected to fail with ``JobFailed(kind="oom")``;
+    4. the hybrid layout under the same cap: expected to finish; its peak shows the margin below the cap
        (a second try if the first fails, ``HYBRID_TRIES``; failed tries are returned and shown).
 
     Returns the cap, the measured peaks, the error (or None) and the hybrid job's result."""
@@ -110,23 +133,26 @@ def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: i
     from helpers.job.launch import run_job
     from helpers.topics.memory_runs import job_memory
 
-    if dp_layout.mp != 1 or hybrid_layout.mp < 2:
-        raise ConfigError(f"classifier_oom compares data parallel (mp = 1) with a split classifier (mp > 1), got "
-                          f"{dp_layout.name} and {hybrid_layout.name}")
-    big = cfg.replace(num_classes=int(num_classes), steps=int(steps))
+    if dp_layout.mp != 1 or hybrid_layout.mp < 2 or dp_layout.world != hybrid_layout.world:
+        raise ConfigError(f"classifier_oom compares data parallel (mp = 1) with a split classifier (mp > 1) on as "
+                          f"many ranks, got {dp_layout.name} and {hybrid_layout.name}")
+    n = dp_layout.world
+    big = cfg.replace(num_classes=int(num_classes), steps=int(steps), world_size=n,
+                      global_batch=cfg.batch_per_rank * n, env={**dict(cfg.env), NO_CHECKPOINT_ENV: "1"})
     work = Path(work)
     files = {lay.name: write_layout_strategy(big, lay, work / f"strategy_oom_{lay.name}.ckpt")
              for lay in (dp_layout, hybrid_layout)}
 
     def job(layout, name, cap=None):
-        return run_job(hybrid_config(big, layout, files[layout.name], name=name, mem_cap_mb=cap),
+        return run_job(hybrid_config(big, layout, files[layout.name], name=name, **cap_limits(big, cap)),
                        progress=progress)
 
     dp = job(dp_layout, f"oom-{dp_layout.name}-uncapped")
     dp_mem = job_memory(dp)
+    free_mem = job_memory(job(hybrid_layout, f"oom-{hybrid_layout.name}-uncapped"))
     feature_dim = int(dp.summary("classifier_shape")[0][1])
     saving = classifier_saving_mb(feature_dim, big.num_classes, hybrid_layout)
-    cap = cap_between(dp_mem["max_vms_peak"], saving)
+    cap = cap_above_hybrid(free_mem["max_vms_peak"], saving)
     try:
         job(dp_layout, f"oom-{dp_layout.name}-capped", cap)
         error = None
@@ -136,8 +162,9 @@ def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: i
     fits = hyb is not None and len(hyb.summaries) == hyb.config.world_size and hyb_mem["max_vms_peak"] < cap
     below = cap - hyb_mem["max_vms_peak"] if hyb is not None else None
     return {"num_classes": big.num_classes, "feature_dim": feature_dim, "steps": big.steps,
-            "dp_layout": dp_layout.name, "hybrid_layout": hybrid_layout.name, "cap_mb": cap,
-            "classifier_saving_mb": saving,
+            "world_size": n, "batch_per_rank": big.batch_per_rank, "dp_layout": dp_layout.name,
+            "hybrid_layout": hybrid_layout.name, "cap_mb": cap, "classifier_saving_mb": saving,
+            "hybrid_uncapped_vms_peak_mb": free_mem["max_vms_peak"],
             "dp_vms_peak_mb": dp_mem["max_vms_peak"], "hybrid_vms_peak_mb": hyb_mem["max_vms_peak"],
             "dp_rss_peak_mb": dp_mem["max_peak_rss"], "hybrid_rss_peak_mb": hyb_mem["max_peak_rss"],
             "margin_above_mb": dp_mem["max_vms_peak"] - cap, "margin_below_mb": below,
