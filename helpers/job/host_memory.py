@@ -39,6 +39,12 @@ TASK_EXTRA_MB = {"grad_check": 200.0}
 # summed PSS a one-rank probe took 676-731 MB against 659-665 MB unprofiled (the children's own pages, 15-60 MB);
 # chapter 04's profiled 8-rank ci jobs peaked at 2,593-2,638 MB against 2,611 MB for its unprofiled no_reduce job
 PROFILER_EXTRA_MB = 30.0
+# a job whose steps are sampled split (helpers.train.time_split) keeps three more graphs per rank: chapter 04's
+# first look took 117-128 MB per rank more than its unprofiled no_reduce job (ci 3,547 vs 2,611 MB; cpu 4,598 vs
+# 3,576 MB, 8 ranks); and a job of phases keeps one data pipeline per sampler and seed: chapter 01's at cpu (4
+# samplers x 5 seeds) took 200 MB per rank above that, at ci (4 x 1) 23 MB (as summed PSS)
+SPLIT_EXTRA_MB = 130.0
+PHASE_DATASET_MB = 10.0
 CARD_RANK_MB = 1500.0   # a GPU/Ascend rank's host side (runtime, data pipeline); its activations live on the card
 POLL_S = 2.0
 BUDGET_MB = {"ci": 6 * 1024, "cpu": 10 * 1024}   # a chapter's peak host memory at these presets (issue 35: a 16 GB
@@ -72,8 +78,19 @@ def rank_need_mb(cfg) -> float:
     except (ValueError, KeyError):
         return RANK_BASE_MB                  # a model the planner does not know (a benchmark's worker)
     need = (RANK_BASE_MB + TASK_EXTRA_MB.get(cfg.task, 0.0) + (PROFILER_EXTRA_MB if cfg.profile else 0.0)
+            + (SPLIT_EXTRA_MB if splits_steps(cfg) else 0.0)
+            + PHASE_DATASET_MB * len(cfg.phase_samplers) * max(1, len(cfg.phase_seeds))
             + CONV_FACTOR[impl] * est.total_bytes / MIB)
     return min(need, float(cfg.mem_cap_mb)) if cfg.mem_cap_mb else need   # the cap bounds the address space, so RSS
+
+
+def splits_steps(cfg) -> bool:
+    """Whether the job's ranks will sample split steps (the worker's rule: a train job without accumulation or a
+    strategy file, long enough for ``split_every``, under the job's environment)."""
+    from helpers.train.time_split import split_every
+
+    plain = cfg.task == "train" and cfg.accumulation_steps == 1 and not cfg.strategy_file
+    return plain and bool(split_every(cfg.steps, {**os.environ, **{k: str(v) for k, v in cfg.env.items()}}))
 
 
 def num_classes(cfg) -> int:

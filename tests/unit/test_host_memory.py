@@ -54,6 +54,9 @@ ESTIMATE_GAPS = {
     ("ci", "00", "two-nodes"): "both nodes of the one-machine demo run here; the estimate counts one node's ranks",
     ("ci", "03", "oom-2x1-uncapped"): "the planner undercounts the 400,000-class classifier's optimizer and casts",
     ("ci", "03", "oom-2x1-capped"): "it fails at its cap by design, long before the need it must reserve",
+    ("cpu", "00", "two-nodes"): "both nodes of the one-machine demo run here; the estimate counts one node's ranks",
+    ("cpu", "02", "full_batch_capped"): "it fails at its cap by design, long before the need it must reserve",
+    ("cpu", "03", "oom-2x1-capped"): "it fails at its cap by design, long before the need it must reserve",
 }
 
 
@@ -209,3 +212,15 @@ def test_disk_check_sums_places_on_one_disk_and_names_them(tmp_path, monkeypatch
     assert f"needs {need:.0f} MB" in text and "1000 MB free" in text and "COURSE_HOME" in text
     monkeypatch.setattr(disk_space, "free_mb", lambda path: need + disk_space.MARGIN_MB + 1)
     disk_space.check_disk(cfg, tmp_path / "runs")
+
+
+def test_split_steps_and_phase_pipelines_add_to_a_ranks_need():
+    from helpers.train.time_split import SPLIT_EVERY_ENV
+
+    base = ci(steps=5)
+    split = base.replace(env={SPLIT_EVERY_ENV: "1"})
+    assert not hm.splits_steps(base) and hm.splits_steps(split)
+    assert hm.rank_need_mb(split) == pytest.approx(hm.rank_need_mb(base) + hm.SPLIT_EXTRA_MB)
+    assert not hm.splits_steps(split.replace(accumulation_steps=2, micro_batch=4)), "accumulation is never split"
+    phases = base.replace(phase_samplers=("distributed", "stratified"), phase_seeds=(1, 2, 3))
+    assert hm.rank_need_mb(phases) == pytest.approx(hm.rank_need_mb(base) + 6 * hm.PHASE_DATASET_MB)
