@@ -62,6 +62,7 @@ read -r -d '' NODE_SCRIPT <<'NODE'
 # Every node: prove it sees the run directory (the notebook reads the token), then run its msrun.
 if [ ! -f {q(str(config_path))} ]; then
   echo "node $(hostname) ($SLURMD_NODENAME) cannot see {config_path}: the run directory is not on a shared filesystem" >&2
+  sleep 2   # let srun forward that line before the step ends (a loaded CI run's batch log lacked it)
   exit 3
 fi
 echo "{token} $SLURMD_NODENAME $(hostname)" > {q(str(slurm_dir))}/node_$SLURM_NODEID
