@@ -25,6 +25,7 @@ from helpers.core.errors import failure_kind
 from helpers.core.metrics import MetricsWriter
 from helpers.train.card_runtime import ascend_soc, prepare_card
 from helpers.train.profiler_session import ANALYSIS_EVENT, NoProfiler, profiling_session
+from helpers.train.shared_compile import CACHE_PATH_ENV   # one name for MindSpore's cache folder variable
 
 @contextmanager
 def recording_failures(out: MetricsWriter):
@@ -291,7 +292,6 @@ def class_counts(labels) -> list[list[int]]:
 
 
 _SPLIT_STEPS: dict = {}   # id(train step) -> its SplitStep, built once (phases call _loop once per chunk)
-CACHE_PATH_ENV = "MS_COMPILER_CACHE_PATH"
 # MindSpore names a cached graph by its compile order: "compile_cache_" + n, in "graph_cache" (tests/contract pins them)
 CACHED_GRAPH_NAMES = {"lib/libmindspore_backend_common.so": "compile_cache_", "lib/libmindspore_frontend.so": "graph_cache"}
 
