@@ -27,7 +27,11 @@ def job_phases(run_dir: str | Path) -> dict | None:
         return None
     t0 = config.stat().st_mtime
     starts = [r["time"] for r in records if r["event"] == "start"]
-    first = [r["time"] for r in records if r["event"] == "step" and r.get("step") == 0]
+    firsts: dict = {}     # each rank's first step 0: a job of phases numbers every phase's steps from 0
+    for r in records:
+        if r["event"] == "step" and r.get("step") == 0:
+            firsts[r.get("rank")] = min(r["time"], firsts.get(r.get("rank"), r["time"]))
+    first = list(firsts.values())
     t_ready = max(starts) if starts else t0
     t_first = max(first) if first else t_ready
     t_last = max(r["time"] for r in records)

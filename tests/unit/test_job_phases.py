@@ -35,6 +35,13 @@ def test_phases_take_the_slowest_rank(tmp_path):
     assert p["world_size"] == 2 and p["chapter"] == "01"
 
 
+def test_a_job_of_phases_has_its_first_step_at_each_ranks_first_step_0(tmp_path):
+    phase2 = [("step", 40, {"step": 0}), ("step", 41, {"step": 1})]       # the second phase numbers from 0 again
+    d = _job(tmp_path, "01", "p", 1000.0, [_train(18, 26, 27) + phase2, _train(20, 25, 28) + phase2])
+    p = job_phases(d)
+    assert p["first_step_s"] == pytest.approx(6) and p["rest_s"] == pytest.approx(15)
+
+
 def test_a_task_without_steps_has_no_first_step(tmp_path):
     d = _job(tmp_path, "02", "g", 1000.0, [[("start", 10, {}), ("summary", 25, {})]])
     p = job_phases(d)
