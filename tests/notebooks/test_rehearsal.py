@@ -26,9 +26,8 @@ def rehearse(stem: str, tmp_path: Path) -> dict:
     return r
 
 
-# nightly: the gpu8 recipe on 2 ranks runs in the default run in the rehearsal of chapter 04; the
-# pre-flight checks in tests/unit/test_preflight.py
-@pytest.mark.nightly
+# the default run's rehearsal (75 s alone, against 388 s for chapter 04's nine ResNet-50 jobs): the gpu8 recipe
+# (ResNet-50, 224 px, AMP O2, dynamic loss scale) on 2 ranks, the card settings, the pre-flight of an ImageNet tree
 def test_00_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("00_environment_setup", tmp_path)
     assert r["world_size"] == 2 and r["ranks_finished"] == 2 and r["weights_identical"] is True
@@ -38,7 +37,7 @@ def test_00_rehearsal(fake_imagenet, tmp_path):
 
 
 # nightly: phases from one restored state (lr step counter included) in tests/unit/test_phases.py and chapter 01's
-# ci notebook; the gpu8 recipe in the rehearsal of chapter 04
+# ci notebook; the gpu8 recipe in the rehearsal of chapter 00
 @pytest.mark.nightly
 def test_01_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("01_load_imbalance", tmp_path)
@@ -48,7 +47,7 @@ def test_01_rehearsal(fake_imagenet, tmp_path):
 
 # nightly: accumulation over the gpu8 recipe's AMP O2 network in tests/unit/test_accumulation_check.py; chapter 02's
 # out-of-memory, accumulation and gradient check in its ci notebook; its card memory branch (device peaks) in
-# tests/unit/test_chapter_oom_accumulation.py; the gpu8 recipe on 2 ranks in the rehearsal of chapter 04
+# tests/unit/test_chapter_oom_accumulation.py; the gpu8 recipe on 2 ranks in the rehearsal of chapter 00
 @pytest.mark.nightly
 def test_02_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("02_oom_gradient_accumulation", tmp_path)
@@ -57,7 +56,7 @@ def test_02_rehearsal(fake_imagenet, tmp_path):
 
 
 # nightly: the hybrid step's mechanisms in chapter 03's ci notebook (hybrid = one-process reference, merged
-# checkpoint); the gpu8 recipe in the rehearsal of chapter 04
+# checkpoint); the gpu8 recipe in the rehearsal of chapter 00
 @pytest.mark.nightly
 def test_03_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("03_hybrid_parallel", tmp_path)
@@ -66,6 +65,11 @@ def test_03_rehearsal(fake_imagenet, tmp_path):
     assert r["merged_checkpoint_max_diff"] == 0.0
 
 
+# nightly: the gpu8 recipe on 2 ranks in the rehearsal of chapter 00; the chapter's code in its ci notebook (fusion,
+# AMP O0-O3, first look, profiler); the loss-scale step's split in tests/unit/test_time_split.py (O2, O3);
+# ResNet-50's fusion buckets in tests/unit/test_chapter_step_profile.py; the card profiler's files in
+# tests/contract/test_profiler_formats.py
+@pytest.mark.nightly
 def test_04_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("04_profiling", tmp_path)
     # ResNet-50: one AllReduce per gradient tensor (162) unfused; "auto" fusion buckets ~100 MB of gradients by size
