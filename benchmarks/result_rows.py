@@ -1,142 +1,18 @@
 """The rows of ``benchmarks/RESULTS.md``: each benchmark's JSON turned into (what, measured, goal, source, load).
 
-``goal_rows(results)`` makes them; ``judge(value, goal)`` says met / missed by how much.
+``goal_rows(results)`` makes them; ``judge(value, goal)`` (``benchmarks.row_kit``) says met / missed by how much.
 """
 
 from __future__ import annotations
 
 import json
-import re
-from dataclasses import dataclass
+
+from benchmarks.peer_rows import comparison_rows, pytorch_rows
+from benchmarks.row_kit import Row, Rows, _best, _load, _run_loads, get_in, judge
+
+__all__ = ["COURSE_GOALS_S", "Row", "get_in", "goal_rows", "judge"]
 
 COURSE_GOALS_S = {"ci": 360.0, "cpu": 900.0}   # ci <= 6 min, cpu <= 15 min on 2 cores (issue 31)
-@dataclass(frozen=True)
-class Row:
-    """One line of RESULTS.md: what was measured, the value, its goal and the JSON it comes from."""
-
-    what: str
-    measured: float | None       # None: not measured (the note says why)
-    goal: str                    # ">= 1.0", "<= 0.6", "0.75..1.25", or "" (informational)
-    source: str                  # results/<name>.json
-    load: float | str | None = None   # 1-min load average when measured (or "lo-hi" over the runs), if recorded
-    note: str = ""
-    unit: str = "x"              # "x" for ratios, "s" for seconds
-
-
-_GOAL = re.compile(r"^\s*(>=|<=|>|<)\s*([0-9.]+)\s*$")
-_RANGE = re.compile(r"^\s*([0-9.]+)\s*\.\.\s*([0-9.]+)\s*$")
-
-
-def judge(value: float | None, goal: str) -> str:
-    """'met', 'missed by D (P %)', 'not measured' or '' for rows without a goal."""
-    if not goal:
-        return ""
-    if value is None:
-        return "not measured"
-    m = _GOAL.match(goal)
-    if m:
-        op, target = m.group(1), float(m.group(2))
-        ok = {">=": value >= target, "<=": value <= target, ">": value > target, "<": value < target}[op]
-        if ok:
-            return "met"
-        gap = abs(target - value)
-        return f"missed by {gap:.3g} ({100 * gap / target:.0f} %)" if target else f"missed by {gap:.3g}"
-    m = _RANGE.match(goal)
-    if m:
-        lo, hi = float(m.group(1)), float(m.group(2))
-        if lo <= value <= hi:
-            return "met"
-        gap = lo - value if value < lo else value - hi
-        return f"missed by {gap:.3g} (outside {lo:g}..{hi:g})"
-    raise ValueError(f"unreadable goal {goal!r}")
-
-
-def _load(d: dict) -> float | str | None:
-    """The 1-min load average of the measurement: the range over its runs when recorded, else at save time."""
-    loads = [x["load_avg_1min"] for v in (d.get("runs") or {}).values() if isinstance(v, list)
-             for x in v if isinstance(x, dict) and x.get("load_avg_1min") is not None]
-    if loads:
-        return f"{min(loads):.1f}-{max(loads):.1f}"
-    m = d.get("machine") or {}
-    if m.get("load_avg_1_5_15"):
-        return m["load_avg_1_5_15"][0]
-    env = d.get("environment") or {}
-    return env.get("load_avg_1min")
-
-
-def get_in(d, *keys):
-    """``d[k1][k2]...``, or None where a key is missing."""
-    for k in keys:
-        if not isinstance(d, dict) or k not in d:
-            return None
-        d = d[k]
-    return d
-
-
-def _run_loads(d: dict, variant: str) -> str:
-    loads = [x.get("load_avg_1min") for x in (get_in(d, "runs", variant) or []) if isinstance(x, dict)]
-    return "/".join(f"{x:.1f}" for x in loads if x is not None) or "?"
-
-
-def _best(v) -> str:
-    """Note text: the same ratio from each run's fastest steady step (less hit by other jobs' load)."""
-    return "" if v is None else f"; from the fastest steady steps: {v:.2f}x"
-
-
-class Rows(list):
-    """The table's rows being built; ``add`` names the source JSON and takes the load from it."""
-
-    def __init__(self, results: dict[str, dict]):
-        super().__init__()
-        self.results = results
-
-    def add(self, what, value, goal, name, note="", unit="x", load=None):
-        self.append(Row(what, None if value is None else float(value), goal, f"results/{name}.json",
-                        _load(self.results.get(name, {})) if load is None else load, note, unit))
-
-
-def comparison_rows(rows: Rows) -> None:
-    """Against the tools people use instead (``Model.train``, mindcv), and scaling on one machine."""
-    d = rows.results.get("vs_model_train")
-    if d:
-        note = (f"{d.get('preset')} preset, {d.get('world_size')} ranks, global batch {d.get('global_batch')}; "
-                "Model.train as the tutorials write it, without the comm fusion our worker uses: not equal terms")
-        rows.add("our worker / Model.train (DATA_PARALLEL), img/s", d.get("ratio"), "", "vs_model_train",
-                 note + _best(get_in(d, "ratios_best_step", "ours_over_model_train")))
-        v = get_in(d, "ratios", "ours_over_model_train_fused")
-        if v is not None:
-            rows.add("our worker / Model.train with the preset's comm fusion, img/s", v, ">= 1.05", "vs_model_train",
-                     "same fusion on both sides" + _best(get_in(d, "ratios_best_step", "ours_over_model_train_fused")))
-        v = get_in(d, "ratios", "ours_over_model_train_sink")
-        if v is not None:
-            rows.add("our worker / Model.train(dataset_sink_mode=True), img/s", v, "", "vs_model_train",
-                     "fused; on CPU Model.train runs the same non-sink loop as the row above, so the gap between "
-                     "the two rows is this run's noise" + _best(get_in(d, "ratios_best_step", "ours_over_model_train_sink")))
-    else:
-        rows.add("our worker / Model.train with the preset's comm fusion, img/s", None, ">= 1.05", "vs_model_train")
-    d = rows.results.get("vs_mindcv")
-    note = ""
-    if d:
-        note = d.get("error", "")[:160] or ("full ResNet-18 both sides (mindcv has no width multiplier)"
-                                            + _best(d.get("ratio_best_step")))
-    equal = bool((d or {}).get("equal_terms"))    # a run that gave mindcv its best settings says so
-    if d and equal:
-        note += ("; equal terms: ours with nn.Conv2d convolutions as mindcv's model, mindcv given the same comm "
-                 "fusion as ours")
-    elif d and not d.get("error"):
-        note += "; not equal terms (mindcv without the comm fusion our worker uses), so no goal is judged"
-    rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.0" if equal or not d else "",
-             "vs_mindcv", note)
-    for key, what, why in (
-            ("ours_over_mindcv_as_train_py", "our worker / mindcv as its train.py runs (no comm fusion), img/s",
-             "both nn.Conv2d; not equal terms: mindcv without fusion"),
-            ("ours_im2col_over_mindcv_fused", "our worker with the preset's im2col convolution / mindcv fused, img/s",
-             "not equal terms: mindcv's model has no im2col convolution")):
-        if (d or {}).get(key) is not None:
-            rows.add(what, d[key], "", "vs_mindcv", why)
-    d = rows.results.get("scaling")
-    rows.add("8 ranks / 1 process (all cores), img/s at the same global batch", (d or {}).get("efficiency"),
-             ">= 0.9", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
 
 
 def course_rows(rows: Rows) -> None:
@@ -318,30 +194,6 @@ def shared_compile_rows(rows: Rows) -> None:
              f"{get_in(med, 'shared', 'first_step_s'):.1f} s vs {get_in(med, 'own', 'first_step_s'):.1f} s; job wall "
              f"{d.get('wall_shared_over_own', 0):.2f}x; same losses and weights: {d.get('same_losses_and_weights')}")
 
-
-def pytorch_rows(rows: Rows) -> None:
-    """One CPU train step of the course's ResNet-18 layout, MindSpore (im2col) / PyTorch (``vs_pytorch``)."""
-    cases = get_in(rows.results, "vs_pytorch", "cases") or {}
-    if not cases:
-        rows.add("CPU train step, MindSpore / PyTorch (same ResNet-18 layout, 1 thread)", None, "<= 2",
-                 "vs_pytorch")
-    for name, c in cases.items():
-        sums = c.get("summary") or {}
-        loads = [x for v in sums.values() if isinstance(v, dict) for x in v.get("loads_1min") or []
-                 if x is not None]
-        load = f"{min(loads):.1f}-{max(loads):.1f}" if loads else None
-        what = f"CPU train step ({name}: ResNet-18 x{c.get('width')}, batch {c.get('batch')}, 1 thread)"
-        ms, pt = sums.get("mindspore") or {}, sums.get("pytorch") or {}
-        note = (f"median s/step {ms['median_s']:.3g} (runs {ms.get('min_s', 0):.3g}-"
-                f"{ms.get('max_s', 0):.3g}) vs {pt['median_s']:.3g} ({pt.get('min_s', 0):.3g}-"
-                f"{pt.get('max_s', 0):.3g})" if ms.get("median_s") and pt.get("median_s") else "")
-        if c.get("ratio_best") is not None:
-            note += f"; fastest run / fastest run: {c['ratio_best']:.2f}x"
-        rows.add(f"{what}: MindSpore im2col / PyTorch", c.get("ratio"), "<= 2", "vs_pytorch", note, load=load)
-        for key, v in (c.get("ratios") or {}).items():   # the variants: against PyTorch, and channels-last
-            if key != "mindspore_over_pytorch" and (key.endswith("_over_pytorch")
-                                                    or key.startswith("mindspore_over_")):
-                rows.add(f"{what}: {key.replace('_over_', ' / ')}", v, "", "vs_pytorch", load=load)
 
 
 def _hybrid_note(d: dict) -> str:

@@ -5,7 +5,7 @@ runs ``SKIP_STEPS`` untimed steps (they compile), then the worker's own step loo
 each host part wrapped in a timer: loss to float, batch fetch, ``Tensor.asnumpy`` (labels and the loss), host
 memory, class counts, record write. Prints ms per step; ``host_ms`` = wall minus the step cell. Issue 31.
 
-    python -m benchmarks.worker_overhead [--preset cpu] [--steps 30] [--batch 16]
+    python -m benchmarks.worker_overhead [--preset cpu] [--steps 30] [--batch 16] [--save]
 """
 
 from __future__ import annotations
@@ -111,13 +111,18 @@ def main(argv=None) -> dict:
     ap.add_argument("--preset", default="cpu")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--batch", type=int, default=16)
+    ap.add_argument("--save", action="store_true", help="write benchmarks/results/worker_overhead.json")
     args = ap.parse_args(argv)
     from helpers.core.config import job_config
     from helpers.job.plan import plan_job
 
     cfg = plan_job(job_config(args.preset, world_size=1, global_batch=args.batch, steps=args.steps,
                               chapter="bench", name="worker_overhead", evaluate=False))
-    res = measure(cfg, args.steps)
+    res = {"preset": args.preset, "batch": args.batch, **measure(cfg, args.steps)}
+    if args.save:
+        from benchmarks._jobs import save
+
+        return save("worker_overhead", res)
     json.dump(res, sys.stdout, indent=2)
     return res
 

@@ -130,7 +130,7 @@ def test_mindcv_is_judged_only_on_equal_terms():
     unequal = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.48}}))["our worker / mindcv trainer, img/s"]
     assert unequal.goal == "" and "not equal terms" in unequal.note
     equal = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.1, "equal_terms": True}}))["our worker / mindcv trainer, img/s"]
-    assert (equal.goal, judge(equal.measured, equal.goal)) == (">= 1.0", "met")
+    assert (equal.goal, judge(equal.measured, equal.goal)) == (">= 1.05", "met")
     assert "nn.Conv2d" in equal.note and "same comm fusion" in equal.note
     info = _by_what(goal_rows({"vs_mindcv": {"ratio": 1.0, "equal_terms": True,
                                              "ours_im2col_over_mindcv_fused": 2.1}}))
