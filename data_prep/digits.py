@@ -95,12 +95,12 @@ def build_tree(out: str | Path, marker: str, settings: dict, build: Callable[[Pa
 
 def write_digits(out: str | Path, size: int = 32, seed: int = 0, force: bool = False) -> dict:
     """Write the stand-in under ``out`` (skipped if a complete copy with the same settings is there)."""
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
     settings = {"size": size, "seed": seed, "keep_slope": KEEP_SLOPE, "val_fraction": VAL_FRACTION}
 
     def build(tmp: Path) -> dict:
+        from PIL import Image
+        from sklearn.datasets import load_digits     # 3 s of imports: only when the tree is really written
+
         digits = load_digits()
         rng = np.random.default_rng(seed)
         counts = {"train": {}, "val": {}}

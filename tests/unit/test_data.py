@@ -72,3 +72,14 @@ def test_standin_passes_every_check_and_stays_fast(standin):
         index = prepare_data(cfg)
     assert (time.perf_counter() - t0) / 5 < 0.1
     assert len(index.classes) == 10 and not (standin / "_set_aside").exists()
+
+
+def test_a_complete_standin_is_found_without_importing_scikit_learn(standin):
+    """Every job's pre-flight calls ensure_standin; importing scikit-learn there cost 3 s per fresh process."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from helpers.train.data import ensure_standin; ensure_standin(); "
+            "print('sklearn' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=standin.parents[1])
+    assert out.stdout.strip() == "False", out.stderr
