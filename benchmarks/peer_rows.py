@@ -47,7 +47,7 @@ def comparison_rows(rows: Rows) -> None:
     elif d and not d.get("error"):
         note += "; not equal terms (mindcv without the comm fusion our worker uses), so no goal is judged"
     rows.add("our worker / mindcv trainer, img/s", (d or {}).get("ratio"), ">= 1.05" if equal or not d else "",
-             "vs_mindcv", note)
+             "vs_mindcv", note + (_loop_share(rows.results.get("worker_overhead")) if equal else ""))
     for key, what, why in (
             ("ours_over_mindcv_as_train_py", "our worker / mindcv as its train.py runs (no comm fusion), img/s",
              "both nn.Conv2d; not equal terms: mindcv without fusion"),

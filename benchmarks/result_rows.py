@@ -20,10 +20,13 @@ def course_rows(rows: Rows) -> None:
     d = rows.results.get("course_time") or {}
     for preset, limit in COURSE_GOALS_S.items():
         t, load = get_in(d, preset, "total_s"), _load(d.get(preset) or {})
-        rows.add(f"whole course, preset {preset}, seconds", t, f"<= {limit:g}", "course_time",
-                 "" if t is None else ("all chapters ok" if get_in(d, preset, "all_ok") else "some chapter failed"),
-                 unit="s", load=load)
         jobs = get_in(d, preset, "jobs", "all")
+        note = "" if t is None else ("all chapters ok" if get_in(d, preset, "all_ok") else "some chapter failed")
+        if t is not None and jobs and jobs.get("jobs"):
+            note += (f"; its {jobs['jobs']} jobs' launches and first steps alone took "
+                     f"{jobs['launch_s'] + jobs['first_step_s']:.0f} s")
+        rows.add(f"whole course, preset {preset}, seconds", t, f"<= {limit:g}", "course_time", note, unit="s",
+                 load=load)
         if jobs and jobs.get("jobs"):
             rows.add(f"course {preset}: seconds launching jobs (msrun start to the last rank through init())",
                      jobs["launch_s"], "", "course_time",
