@@ -5,7 +5,7 @@ oneDNN kernel that is slow at every kernel size, 1x1 included; unfolding the inp
 kernel needs none) and multiplying by the weight gives the same outputs and gradients in a fraction of the time
 (``benchmarks/results/conv_cpu.json``). Other CPUs were not measured, so ``conv_impl="auto"`` times both per
 machine (``helpers.train.conv_autoselect``); on GPU/Ascend the native kernel is used. The price is memory:
-the unfolded columns (kh*kw rows per input channel) are kept for the backward pass.
+the unfolded columns (kh*kw rows per input channel) are kept for the backward pass (see ``folds_batch``).
 
 ``Im2ColConv2d`` takes its ``weight`` from an ``nn.Conv2d`` built with the same arguments (same name, shape,
 initialiser and random draws), so checkpoints move freely between the two. It is a plain ``nn.Cell``, not an
@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import lru_cache
 
 from mindspore import nn, ops
+
+from helpers.core.im2col_shape import folds_batch
 
 CONV_IMPLS = ("native", "im2col")
 
@@ -73,7 +75,13 @@ class Im2ColConv2d(nn.Cell):
             cols = x.reshape(n, c, h * w)                                 # (N, C, L): the input itself
         else:
             cols = ops.unfold(x, self._k, 1, self._p, self._s)            # (N, C*k*k, L)
-        out = self.times(self.weight.reshape(self.out_channels, -1), cols)   # (N, O, L)
+        rows, positions = c * self._k * self._k, ho * wo
+        if folds_batch(self.out_channels, rows, positions):       # static shapes: decided when compiling
+            cols = ops.transpose(cols, (1, 0, 2)).reshape(1, rows, n * positions)              # (1, K, N*L)
+            out = self.times(self.weight.reshape(self.out_channels, -1), cols)                  # (1, O, N*L)
+            out = ops.transpose(out.reshape(self.out_channels, n, positions), (1, 0, 2))        # (N, O, L)
+        else:
+            out = self.times(self.weight.reshape(self.out_channels, -1), cols)                  # (N, O, L)
         out = out.reshape(n, self.out_channels, ho, wo)
         if self.has_bias:
             out = out + self.bias.reshape(1, -1, 1, 1)

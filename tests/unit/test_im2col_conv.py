@@ -1,0 +1,53 @@
+import numpy as np
+import pytest
+
+import mindspore as ms
+from mindspore import nn, ops
+
+from helpers.core.im2col_shape import folds_batch
+from helpers.train.im2col_conv import make_conv
+
+
+def test_folds_batch_only_where_the_weight_outgrows_the_columns():
+    # ResNet-18 x0.25 at 32 px: (out channels, kh*kw*in channels, output positions) of four of its convolutions
+    assert not folds_batch(16, 3 * 9, 32 * 32)           # stem
+    assert not folds_batch(16, 16 * 9, 32 * 32)          # layer1 3x3
+    assert not folds_batch(64, 64 * 9, 8 * 8)            # layer3 3x3: 36864 < (64 + 576) * 64
+    assert folds_batch(128, 128 * 9, 4 * 4)              # layer4 3x3: the weight copy per image is 8x the columns
+
+
+class _SquareSum(nn.Cell):
+    """``sum(net(x) ** 2)``: a cell, so GRAPH_MODE can differentiate it."""
+
+    def __init__(self, net):
+        super().__init__()
+        self.net = net
+
+    def construct(self, x):
+        return (self.net(x) ** 2).sum()
+
+
+def _grads(net, x):
+    return ops.grad(_SquareSum(net), grad_position=0, weights=net.trainable_params())(x)
+
+
+@pytest.mark.parametrize("mode", ["PYNATIVE_MODE", "GRAPH_MODE"])
+@pytest.mark.parametrize("k, stride, cin, cout, size", [(3, 1, 8, 16, 2), (3, 2, 8, 16, 4), (1, 1, 8, 16, 2),
+                                                        (1, 2, 8, 16, 4)])
+def test_folded_batch_matches_native_outputs_and_gradients(mode, k, stride, cin, cout, size):
+    ho = (size + 2 * (k // 2) - k) // stride + 1
+    assert folds_batch(cout, cin * k * k, ho * ho), "the case must take the folded path"
+    ms.set_context(mode=getattr(ms, mode))
+    try:
+        rng = np.random.default_rng(0)
+        native = make_conv(cin, cout, k, stride, "native")
+        fast = make_conv(cin, cout, k, stride, "im2col")
+        fast.weight.set_data(native.weight.data.copy())
+        x = ms.Tensor(rng.standard_normal((3, cin, size, size)).astype(np.float32))
+        np.testing.assert_allclose(fast(x).asnumpy(), native(x).asnumpy(), atol=1e-4)
+        gx_n, (gw_n,) = _grads(native, x)
+        gx_f, (gw_f,) = _grads(fast, x)
+        np.testing.assert_allclose(gx_f.asnumpy(), gx_n.asnumpy(), atol=1e-3)
+        np.testing.assert_allclose(gw_f.asnumpy(), gw_n.asnumpy(), rtol=1e-4, atol=1e-3)
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
