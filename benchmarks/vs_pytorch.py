@@ -1,6 +1,6 @@
 """One CPU training step of the course's ResNet-18 layout: MindSpore (im2col) against PyTorch, side by side.
 
-Goal: MindSpore's step <= 2x PyTorch's on the same layout, width, image size, batch and thread
+Goal: MindSpore's step <= 1.5x PyTorch's on the same layout, width, image size, batch and thread
 count, at the ``ci`` and ``cpu`` models and at batch 128. Each measurement runs in a fresh interpreter:
 MindSpore through ``helpers.core.fresh_python.call_fresh`` (``helpers.train.conv_autoselect.time_train_step``:
 GRAPH_MODE, ``plain_train_step``), PyTorch through ``benchmarks/torch_step.py`` in the benchmark's own torch
@@ -27,7 +27,7 @@ DEPTHS = (2, 2, 2, 2)            # resnet18's BasicBlocks per stage (helpers.cor
 TORCH_VERSION = "2.13.0"         # a CPU wheel of it sits in PIP_FIND_LINKS: no other version is downloaded
 TORCH_ENV = "runs/bench-envs/torch"
 TORCH_STEP = Path(__file__).resolve().parent / "torch_step.py"
-GOAL = 2.0                       # MindSpore s/step / PyTorch s/step <= 2
+GOAL = 1.5                       # MindSpore s/step / PyTorch s/step <= 1.5 at every size (issue 31)
 # MindSpore settings tried as extra variants (``--variants``): name -> {"context": set_context keywords,
 # "dispatch_threads_num": mindspore.runtime.dispatch_threads_num's argument}. (``enable_graph_kernel`` is
 # deprecated in 2.10 for jit_level O1, which the startup benchmark already compares.)
