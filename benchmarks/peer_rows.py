@@ -79,7 +79,15 @@ def pytorch_rows(rows: Rows) -> None:
                 f"{pt.get('max_s', 0):.3g})" if ms.get("median_s") and pt.get("median_s") else "")
         if c.get("ratio_best") is not None:
             note += f"; fastest run / fastest run: {c['ratio_best']:.2f}x"
-        rows.add(f"{what}: MindSpore im2col / PyTorch", c.get("ratio"), f"<= {PYTORCH_GOAL:g}", "vs_pytorch", note, load=load)
+        if name == "cpu_b128":
+            note += ("; the rest is mostly writing the columns: Im2Col ~200 and Col2Im ~190 of ~780 ms of kernel time "
+                     "(MindSpore's CPU profiler, ARCHITECTURE.md on helpers.train.im2col_conv), which PyTorch's "
+                     "direct convolution never does")
+        rows.add(f"{what}: MindSpore im2col / PyTorch", c.get("ratio"), f"<= {PYTORCH_GOAL:g}", "vs_pytorch", note,
+                 load=load)
+        if c.get("folded_over_per_image"):
+            rows.add(f"{what}: im2col with deep layers over the whole batch / per image", c["folded_over_per_image"],
+                     "", "vs_pytorch", "step time, alternated in the same run (helpers.core.im2col_shape)", load=load)
         for key, v in (c.get("ratios") or {}).items():   # the variants: against PyTorch, and channels-last
             if key != "mindspore_over_pytorch" and (key.endswith("_over_pytorch")
                                                     or key.startswith("mindspore_over_")):

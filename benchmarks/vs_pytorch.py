@@ -22,6 +22,8 @@ import sys
 import time
 from pathlib import Path
 
+from helpers.core.im2col_shape import FOLD_ENV
+
 ARCH, STEM, CLASSES = "resnet18", "small", 10
 DEPTHS = (2, 2, 2, 2)            # resnet18's BasicBlocks per stage (helpers.core.resnet_layout.ARCHS)
 TORCH_VERSION = "2.13.0"         # a CPU wheel of it sits in PIP_FIND_LINKS: no other version is downloaded
@@ -32,6 +34,9 @@ GOAL = 1.5                       # MindSpore s/step / PyTorch s/step <= 1.5 at e
 # "dispatch_threads_num": mindspore.runtime.dispatch_threads_num's argument}. (``enable_graph_kernel`` is
 # deprecated in 2.10 for jit_level O1, which the startup benchmark already compares.)
 MS_VARIANTS = {"dispatch_threads_1": {"dispatch_threads_num": 1}}
+# Always timed: the im2col convolution as it was before deep layers multiplied once over the batch
+# (helpers.core.im2col_shape), so the change's effect is measured beside PyTorch in the same run.
+PER_IMAGE = {"env": {FOLD_ENV: "0"}}
 
 
 def cases(big_batch: int = 128) -> dict[str, dict]:
@@ -100,6 +105,7 @@ def ms_time_with(settings: dict, *args) -> float:
 
     from helpers.train.conv_autoselect import time_train_step
 
+    os.environ.update(settings.get("env") or {})        # read when the model's graph is built
     if settings.get("context"):
         ms.set_context(**settings["context"])
     if settings.get("dispatch_threads_num"):
@@ -166,6 +172,12 @@ def best_ratio(summaries: dict[str, dict | None], ours: str = "mindspore",
     return a["min_s"] / b["min_s"] if a and b else None
 
 
+def rat_of(summaries: dict[str, dict | None], ours: str, ref: str) -> float | None:
+    """``ours``' median step seconds over ``ref``'s, or None when either has no run."""
+    a, b = summaries.get(ours), summaries.get(ref)
+    return a["median_s"] / b["median_s"] if a and b else None
+
+
 def ratios(summaries: dict[str, dict | None],
            references=("pytorch", "pytorch_channels_last")) -> dict[str, float]:
     """Each MindSpore variant's median step seconds over each PyTorch reference's (> 1: slower)."""
@@ -178,7 +190,8 @@ def case_variants(case: dict, name: str, args, torch_py: str) -> dict:
     steps = args.steps_big if case["batch"] >= 128 else args.steps
     th = args.threads
     v = {"mindspore": lambda: run_mindspore(case, "im2col", th, steps),
-         "pytorch": lambda: run_torch(torch_py, case, th, steps)}
+         "pytorch": lambda: run_torch(torch_py, case, th, steps),
+         "mindspore_per_image": lambda: run_mindspore(case, "im2col", th, steps, PER_IMAGE)}
     if name == "ci" and not args.no_native:
         v["mindspore_native"] = lambda: run_mindspore(case, "native", th, steps)
     if args.variants:
@@ -226,7 +239,8 @@ def main(argv=None) -> dict:
         sums = {k: summary(v) for k, v in runs.items() if not k.startswith("_")}
         rat = ratios(sums)
         out_cases[name] = {**case, "params": params, "summary": sums, "ratios": rat, "runs": runs,
-                           "ratio": rat.get("mindspore_over_pytorch"), "ratio_best": best_ratio(sums)}
+                           "ratio": rat.get("mindspore_over_pytorch"), "ratio_best": best_ratio(sums),
+                           "folded_over_per_image": rat_of(sums, "mindspore", "mindspore_per_image")}
     return save("vs_pytorch", {"goal": f"<= {GOAL:g}", "threads": args.threads, "repeats": args.repeats,
                                "steps": args.steps, "steps_big": args.steps_big, "arch": ARCH, "stem": STEM,
                                "classes": CLASSES, "torch_python": torch_py, "cases": out_cases}, args.out)

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import os
+
+FOLD_ENV = "COURSE_IM2COL_FOLD"    # "0": every layer multiplies per image (benchmarks.vs_pytorch's before/after)
+
 
 def folds_batch(out_channels: int, rows: int, positions: int) -> bool:
     """Whether a convolution multiplies once over the whole batch, ``(O, K) @ (K, N*L)``, rather than per image.
@@ -11,4 +15,6 @@ def folds_batch(out_channels: int, rows: int, positions: int) -> bool:
     output (``(K + O) * L``). Folding where the weight is the larger (deep layers, few positions) made a
     ResNet-18 x0.25 train step (1 thread) 0.77x as long at batch 128, 0.87-0.97x at 16, equal at 8 (2026-12-06,
     alternated in one process; same loss, gradients within 5e-7)."""
+    if os.environ.get(FOLD_ENV) == "0":
+        return False
     return out_channels * rows >= (out_channels + rows) * positions

@@ -51,3 +51,11 @@ def test_folded_batch_matches_native_outputs_and_gradients(mode, k, stride, cin,
         np.testing.assert_allclose(gw_f.asnumpy(), gw_n.asnumpy(), rtol=1e-4, atol=1e-3)
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_the_benchmarks_switch_makes_every_layer_multiply_per_image(monkeypatch):
+    from helpers.core.im2col_shape import FOLD_ENV
+
+    assert folds_batch(128, 128 * 9, 4 * 4)
+    monkeypatch.setenv(FOLD_ENV, "0")
+    assert not folds_batch(128, 128 * 9, 4 * 4)
