@@ -1,4 +1,4 @@
-"""Which im2col convolutions multiply once over the whole batch: the layer and the memory planner share the rule."""
+"""Which im2col convolutions (helpers.train.im2col_conv) multiply once over the whole batch; MindSpore-free."""
 
 from __future__ import annotations
 

@@ -152,18 +152,6 @@ def test_im2col_costs_more_than_native():
     assert im2col.activation_bytes > 3 * native.activation_bytes
 
 
-def test_im2col_layers_that_fold_the_batch_keep_their_columns_and_no_weight_copy():
-    from helpers.core.im2col_shape import folds_batch
-
-    convs = [r for r in layer_walk("resnet18", 32, 10, 0.25, "small", "im2col") if r.kind == "conv"]
-    folded = [r for r in convs if folds_batch(r.out_shape[0], r.params // r.out_shape[0], r.out_shape[1] * r.out_shape[2])]
-    assert folded and len(folded) < len(convs), "layer4 folds (4x4 positions), layer1 does not (32x32)"
-    for r in convs:
-        columns = r.params // r.out_shape[0] * r.out_shape[1] * r.out_shape[2]
-        unfolded = columns if r.kernel > 1 or r.stride > 1 else 0     # 1x1 stride 1: the input is the columns
-        assert r.saved_elements == (columns if r in folded else unfolded + r.params), r.name
-
-
 def test_accumulation_buffer_only_when_accumulating():
     assert estimate("resnet50", 32, 224).accumulation_bytes == 0
     est = estimate("resnet50", 32, 224, accumulation_steps=4)
