@@ -15,6 +15,9 @@ def folds_batch(out_channels: int, rows: int, positions: int) -> bool:
     output (``(K + O) * L``). Folding where the weight is the larger (deep layers, few positions) made a
     ResNet-18 x0.25 train step (1 thread) 0.77x as long at batch 128, 0.87-0.97x at 16, equal at 8 (2026-12-06,
     alternated in one process; same loss, gradients within 5e-7)."""
-    if os.environ.get(FOLD_ENV) == "0":
-        return False
-    return out_channels * rows >= (out_channels + rows) * positions
+    return out_channels * rows >= (out_channels + rows) * positions     # pure: MindSpore parses it into the graph
+
+
+def folding_on() -> bool:
+    """False with ``COURSE_IM2COL_FOLD=0``; read once when a layer is built (graph mode cannot read os.environ)."""
+    return os.environ.get(FOLD_ENV) != "0"

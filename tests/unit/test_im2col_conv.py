@@ -56,6 +56,25 @@ def test_folded_batch_matches_native_outputs_and_gradients(mode, k, stride, cin,
 def test_the_benchmarks_switch_makes_every_layer_multiply_per_image(monkeypatch):
     from helpers.core.im2col_shape import FOLD_ENV
 
-    assert folds_batch(128, 128 * 9, 4 * 4)
+    assert make_conv(8, 16, 3, 1, "im2col")._fold
     monkeypatch.setenv(FOLD_ENV, "0")
-    assert not folds_batch(128, 128 * 9, 4 * 4)
+    assert not make_conv(8, 16, 3, 1, "im2col")._fold
+
+
+def test_a_folded_layer_compiles_in_an_amp_o1_train_step_in_graph_mode():
+    """AMP O1 rewrites the network's source and MindSpore parses what ``construct`` calls into the graph (chapter
+    04's amp_O1 job failed on a ``folds_batch`` that read os.environ)."""
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        from helpers.train.models import build_model
+
+        net = build_model("resnet18", 4, 0.125, "small", "im2col")   # at 32 px its layer4 folds (4x4 positions)
+        assert folds_batch(64, 64 * 9, 4 * 4), "the case must take the folded path"
+        opt = nn.Momentum(net.trainable_params(), 0.1, 0.9)
+        step = ms.amp.build_train_network(net, opt, nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean"),
+                                          level="O1")
+        x = ms.Tensor(np.random.default_rng(0).standard_normal((3, 3, 32, 32)).astype(np.float32))
+        loss = step(x, ms.Tensor(np.array([0, 1, 2], np.int32)))
+        assert np.isfinite(loss.asnumpy()).all()
+    finally:
+        ms.set_context(mode=ms.PYNATIVE_MODE)
