@@ -93,6 +93,16 @@ def to_html(ipynb: Path) -> Path:
     return out
 
 
+def failure_line(exc: BaseException) -> str:
+    """One line for the index page: the cell's own error (papermill's ``ename: evalue``, first line) rather than the
+    exception text's last line, which for a failed job is the tail of a rank's log."""
+    name, value = getattr(exc, "ename", None), getattr(exc, "evalue", None)
+    if name and value is not None:
+        return f"{name}: {str(value).strip().splitlines()[0] if str(value).strip() else ''}"
+    text = str(exc).strip()
+    return f"{type(exc).__name__}: {text.splitlines()[-1] if text else ''}"
+
+
 def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -> ChapterRun:
     """Execute one notebook with papermill; a failure is recorded in the result, not raised."""
     import papermill as pm
@@ -112,7 +122,7 @@ def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -
             pm.execute_notebook(str(path), str(executed), cwd=str(path.parent), log_output=True,
                                 progress_bar=False, parameters=params)
     except Exception as exc:  # noqa: BLE001 - recorded on the index page, the run goes on
-        error = f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}"
+        error = failure_line(exc)
     seconds = time.monotonic() - t0
     page = to_html(executed) if executed.exists() else None
     results = json.loads(results_path.read_text()) if results_path.exists() else {}

@@ -26,3 +26,15 @@ def test_index_names_the_options_and_summary_keeps_each_chapters_parameters(tmp_
     assert "options: device_target=Ascend, rehearse=True; rehearsed on CPU, standing for Ascend" in page
     assert json.loads((tmp_path / "summary.json").read_text())[0]["parameters"] == params
     assert "options: the preset&#x27;s" in write_index(runs, tmp_path, "ci").read_text(encoding="utf-8")
+
+
+def test_a_failed_chapter_is_named_by_its_cells_error_not_the_last_log_line():
+    from papermill.exceptions import PapermillExecutionError
+
+    from helpers.course import failure_line
+
+    exc = PapermillExecutionError(20, 1, "chapter.amp_levels(ch)", "JobFailed",
+                                  "job crash on rank 0: NameError: FOLD_ENV\n  --- tail of the log ---\n  [INFO] dispatch",
+                                  ["Traceback", "[INFO] DISTRIBUTED ... Event base dispatch success!"])
+    assert failure_line(exc) == "JobFailed: job crash on rank 0: NameError: FOLD_ENV"
+    assert failure_line(ValueError("a\nlast line")) == "ValueError: last line"
