@@ -75,7 +75,8 @@ def course_entry(preset: str, runs: list[dict], since: float, returncode: int) -
     jobs = jobs_since(resolve("runs"), since, preset)
     cache = resolve("runs/compile_cache")
     return dict(returncode=returncode, chapters={r["stem"]: chapter_entry(r, jobs, preset) for r in runs},
-                compile_cache_mb=round(du_mb(cache), 1) if cache.is_dir() else 0.0,
+                compile_cache_mb=round(sum(du_mb(p) for p in cache.iterdir() if p.is_dir() and p.stat().st_mtime >= since),
+                                       1) if cache.is_dir() else 0.0,   # this run's graphs, not earlier runs' left there
                 data_mb=round(du_mb(resolve("data")), 1) if resolve("data").is_dir() else 0.0,
                 cores=os.cpu_count(), machine=machine())
 
