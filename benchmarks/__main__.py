@@ -26,13 +26,13 @@ from benchmarks.table import RESULTS_DIR, write_results_md
 BENCHMARKS = {
     "sampler": False, "conv_cpu": False, "launch_overhead": False, "startup": True, "sampler_phases": True,
     "shared_compile": True,
-    "vs_pytorch": False,
+    "vs_pytorch": False, "conv_breakdown": False,
     "vs_model_train": True,
     "vs_mindcv": True,
     "scaling": True, "knobs": True, "comm_fusion": True, "time_split": True, "accumulation": False, "hybrid": True,
     "course_time": True, "ci_time": False,
 }
-SAVES_ITSELF = {"vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
+SAVES_ITSELF = {"conv_breakdown", "vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
                 "sampler_phases", "ci_time", "time_split", "shared_compile"}
 
 

@@ -61,6 +61,16 @@ def comparison_rows(rows: Rows) -> None:
              ">= 0.9", "scaling", f"{d.get('preset')} preset" + _best(d.get("efficiency_best_step")) if d else "")
 
 
+def _breakdown(b: dict | None) -> str:
+    """The batch-128 row's reason: where MindSpore's step goes, from ``conv_breakdown`` (its CPU profiler)."""
+    parts = (b or {}).get("parts_ms") or {}
+    if not parts:
+        return ""
+    return (f"; MindSpore's kernel time per step (results/conv_breakdown.json): unfold {parts.get('unfold', 0):.0f} ms "
+            f"and fold {parts.get('fold', 0):.0f} ms of {b['kernel_ms_per_step']:.0f} ms write and read the "
+            f"columns a direct convolution never makes; its matmuls {parts.get('matmul', 0):.0f} ms")
+
+
 def pytorch_rows(rows: Rows) -> None:
     """One CPU train step of the course's ResNet-18 layout, MindSpore (im2col) / PyTorch (``vs_pytorch``)."""
     cases = get_in(rows.results, "vs_pytorch", "cases") or {}
@@ -80,9 +90,7 @@ def pytorch_rows(rows: Rows) -> None:
         if c.get("ratio_best") is not None:
             note += f"; fastest run / fastest run: {c['ratio_best']:.2f}x"
         if name == "cpu_b128":
-            note += ("; the rest is mostly writing the columns: Im2Col ~200 and Col2Im ~190 of ~780 ms of kernel time "
-                     "(MindSpore's CPU profiler, ARCHITECTURE.md on helpers.train.im2col_conv), which PyTorch's "
-                     "direct convolution never does")
+            note += _breakdown(rows.results.get("conv_breakdown"))
         rows.add(f"{what}: MindSpore im2col / PyTorch", c.get("ratio"), f"<= {PYTORCH_GOAL:g}", "vs_pytorch", note,
                  load=load)
         if c.get("folded_over_per_image"):

@@ -108,3 +108,31 @@ def test_best_ratio_is_fastest_run_over_fastest_run():
     sums = {"mindspore": {"median_s": 0.4, "min_s": 0.2}, "pytorch": {"median_s": 0.1, "min_s": 0.08}}
     assert vp.best_ratio(sums) == pytest.approx(2.5)
     assert vp.best_ratio({"mindspore": sums["mindspore"], "pytorch": None}) is None
+
+
+def test_conv_breakdown_sums_each_op_types_kernel_time_per_step(tmp_path):
+    import json
+
+    from benchmarks.conv_breakdown import per_type_ms
+
+    ev = [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "CPU OP"}},
+          {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "Host"}},
+          {"ph": "X", "pid": 1, "name": "Default/network/conv1-Im2ColConv2d/Im2Col-op3", "ts": 0, "dur": 3000},
+          {"ph": "X", "pid": 1, "name": "Default/network/conv1-Im2ColConv2d/Im2Col-op3", "ts": 9000, "dur": 1000},
+          {"ph": "X", "pid": 1, "name": "Gradients/Default/Col2Im-op9", "ts": 4000, "dur": 2000},
+          {"ph": "X", "pid": 2, "name": "step", "ts": 0, "dur": 99000}]
+    (tmp_path / "rank" / "ASCEND_PROFILER_OUTPUT").mkdir(parents=True)
+    (tmp_path / "rank" / "ASCEND_PROFILER_OUTPUT" / "trace_view.json").write_text(json.dumps(ev))
+    assert per_type_ms(tmp_path, steps=2) == {"Im2Col": 2.0, "Col2Im": 1.0}
+
+
+def test_the_b128_row_takes_its_reason_from_the_breakdown():
+    from benchmarks import result_rows as table
+
+    summary = {"mindspore": {"median_s": 0.8}, "pytorch": {"median_s": 0.4}}
+    results = {"vs_pytorch": {"cases": {"cpu_b128": {"width": 0.25, "batch": 128, "ratio": 2.0, "summary": summary}}},
+               "conv_breakdown": {"kernel_ms_per_step": 780.0, "parts_ms": {"unfold": 200.0, "fold": 190.0,
+                                                                             "matmul": 220.0}}}
+    rows = table.Rows(results)
+    table.pytorch_rows(rows)
+    assert "unfold 200 ms and fold 190 ms of 780 ms" in rows[0].note and "matmuls 220 ms" in rows[0].note
