@@ -53,11 +53,11 @@ def _measured_jobs() -> list[dict]:
 ESTIMATE_GAPS = {
     ("ci", "00", "two-nodes"): "both nodes of the one-machine demo run here; the estimate counts one node's ranks",
     ("ci", "03", "oom-2x1-uncapped"): "the planner undercounts the 400,000-class classifier's optimizer and casts",
-    ("ci", "03", "oom-2x1-capped"): "it fails at its cap by design, long before the need it must reserve",
     ("cpu", "00", "two-nodes"): "both nodes of the one-machine demo run here; the estimate counts one node's ranks",
-    ("cpu", "02", "full_batch_capped"): "it fails at its cap by design, long before the need it must reserve",
-    ("cpu", "03", "oom-2x1-capped"): "it fails at its cap by design, long before the need it must reserve",
 }
+# Jobs that fail at their memory cap by design: where the cap stops them varies from run to run, so their peak is
+# only a lower bound of their need and only the safe side is checked.
+FAIL_AT_CAP = {("ci", "03", "oom-2x1-capped"), ("cpu", "02", "full_batch_capped"), ("cpu", "03", "oom-2x1-capped")}
 
 
 @pytest.mark.parametrize("job", _measured_jobs(), ids=lambda j: f"{j['preset']}-{j['chapter']}-{j['name']}")
@@ -68,7 +68,8 @@ def test_the_estimate_is_on_the_safe_side_of_every_measured_job(job, request):
     if gap:
         request.applymarker(pytest.mark.xfail(reason=gap, strict=True))
     need = hm.job_need_mb(JobConfig(**job["config"]))
-    assert 0.9 <= need / job["peak_host_mb"] <= 1.6, (job["chapter"], job["name"], need, job["peak_host_mb"])
+    upper = float("inf") if (job["preset"], job["chapter"], job["name"]) in FAIL_AT_CAP else 1.6
+    assert 0.9 <= need / job["peak_host_mb"] <= upper, (job["chapter"], job["name"], need, job["peak_host_mb"])
 
 
 def test_a_job_that_fits_is_registered_with_its_need(monkeypatch):
