@@ -160,8 +160,7 @@ class _Walker:
         out = cout * ho * wo
         grads = out + cin * h * w                      # dY and dX of this layer's backward
         # im2col: the weight broadcast over the batch is one tensor shared by forward and backward (kept). A layer
-        # that multiplies once over the batch (helpers.core.im2col_shape) measured the same: ci model, batches
-        # 16/48/96, alternated, 3.49 and 3.68 MiB per image folded against 3.79 and 3.45 per image (2026-12-06)
+        # that multiplies once over the batch (helpers.core.im2col_shape) measured the same (ARCHITECTURE.md)
         if self.conv_impl == "im2col" and (k > 1 or s > 1):
             cols = cin * k * k * ho * wo
             saved, what = cols + weight, f"im2col columns ({cin * k * k}x{ho * wo}) + weight broadcast"
