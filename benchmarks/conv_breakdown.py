@@ -11,9 +11,7 @@ row its reason from it.
 from __future__ import annotations
 
 import argparse
-import statistics
 import tempfile
-import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -24,35 +22,20 @@ ARCH, WIDTH, STEM, SIZE, CLASSES = "resnet18", 0.25, "small", 32, 10      # the 
 
 def measure_here(batch: int, steps: int, out_dir: str) -> dict:
     """In a fresh interpreter: two warm-up steps, ``steps`` timed, then ``steps`` profiled into ``out_dir``."""
-    import numpy as np
-
-    import mindspore as ms
-    from mindspore.device_context.cpu.op_tuning import threads_num
     from mindspore.profiler import ProfilerActivity, profile, schedule, tensorboard_trace_handler
 
-    from helpers.train.models import build_model
-    from helpers.train.recipe import plain_train_step
+    from helpers.train.conv_autoselect import median_step_s, train_step_and_batch
 
-    ms.set_context(mode=ms.GRAPH_MODE)
-    threads_num(1)
-    ms.set_seed(0)
-    step = plain_train_step(build_model(ARCH, CLASSES, WIDTH, STEM, "im2col"))
-    rng = np.random.default_rng(0)
-    x = ms.Tensor(rng.standard_normal((batch, 3, SIZE, SIZE)).astype(np.float32))
-    y = ms.Tensor(rng.integers(0, CLASSES, batch).astype(np.int32))
+    step, x, y = train_step_and_batch(ARCH, WIDTH, STEM, SIZE, batch, "im2col", classes=CLASSES)
     for _ in range(2):
         step(x, y).asnumpy()
-    times = []
-    for _ in range(steps):
-        t0 = time.perf_counter()
-        step(x, y).asnumpy()
-        times.append(time.perf_counter() - t0)
+    step_s = median_step_s(step, x, y, steps)
     with profile(activities=[ProfilerActivity.CPU], on_trace_ready=tensorboard_trace_handler(out_dir),
                  schedule=schedule(wait=0, warmup=0, active=steps, repeat=1, skip_first=0)) as prof:
         for _ in range(steps):
             step(x, y).asnumpy()
             prof.step()
-    return {"step_s": statistics.median(times)}
+    return {"step_s": step_s}
 
 
 def per_type_ms(out_dir: str | Path, steps: int) -> dict[str, float]:

@@ -39,8 +39,8 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threads=1) -> float:
-    """Seconds per training step (median of ``repeats`` after a compile/warm-up step), this process."""
+def train_step_and_batch(arch, width, stem, image_size, batch, impl, threads=1, classes=10):
+    """A GRAPH-mode train step of the model on CPU with ``threads`` op threads, and one random batch for it."""
     import mindspore as ms
     from mindspore.device_context.cpu.op_tuning import threads_num
 
@@ -54,17 +54,28 @@ def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threa
     except RuntimeError:   # already set in this process (MindSpore allows it once)
         pass
     ms.set_seed(0)
-    step = plain_train_step(build_model(arch, 10, width, stem, impl))
+    step = plain_train_step(build_model(arch, classes, width, stem, impl))
     rng = np.random.default_rng(0)
     x = ms.Tensor(rng.standard_normal((batch, 3, image_size, image_size)).astype(np.float32))
-    y = ms.Tensor(rng.integers(0, 10, batch).astype(np.int32))
-    step(x, y).asnumpy()
+    y = ms.Tensor(rng.integers(0, classes, batch).astype(np.int32))
+    return step, x, y
+
+
+def median_step_s(step, x, y, repeats: int) -> float:
+    """Median seconds of ``repeats`` synchronised calls of ``step(x, y)``."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         step(x, y).asnumpy()
         times.append(time.perf_counter() - t0)
     return float(np.median(times))
+
+
+def time_train_step(arch, width, stem, image_size, batch, impl, repeats=2, threads=1) -> float:
+    """Seconds per training step (median of ``repeats`` after a compile/warm-up step), this process."""
+    step, x, y = train_step_and_batch(arch, width, stem, image_size, batch, impl, threads)
+    step(x, y).asnumpy()
+    return median_step_s(step, x, y, repeats)
 
 
 def _key(cfg) -> str:
