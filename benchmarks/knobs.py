@@ -104,7 +104,7 @@ def main(argv=None) -> dict:
         "reference": refs, "ratios": ratios, "best_step_img_per_s": best, "ratios_best_step": ratios_best,
         "margin": args.margin, "recommendation": recommendation(base, args, ratios, ratios_best),
         "not_in_the_launcher": {
-            "mode": "helpers.train.worker._setup_runtime always sets GRAPH_MODE: a mode field would be needed"},
+            "mode": "helpers.train.worker.setup_runtime always sets GRAPH_MODE: a mode field would be needed"},
         "runs": runs, "run_root": str(root)}, args.out)
 
 

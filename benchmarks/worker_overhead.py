@@ -75,9 +75,9 @@ def _build(cfg):
 
     from helpers.train.data import build_dataset
     from helpers.train.image_folder import scan_split
-    from helpers.train.worker import _build_train_step, _setup_runtime
+    from helpers.train.worker import _build_train_step, setup_runtime
 
-    _setup_runtime(cfg)
+    setup_runtime(cfg)
     ds.config.set_seed(cfg.seed)
     _net, step = _build_train_step(cfg, len(scan_split(cfg.data_dir, "train").classes))
     data = build_dataset(cfg, "train", 0, 1, batch_size=cfg.micro_batch_size).repeat()

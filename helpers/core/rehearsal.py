@@ -53,7 +53,7 @@ STAND_INS = (
      "ops.isfinite on every gradient inside the same TrainOneStepWithLossScaleCell (as Ascend's IsFinite path)",
      "helpers.train.recipe.build_train_step"),
     ("device memory pool cap (runtime.set_memory(max_size=...))", "address-space cap (RLIMIT_AS) per rank",
-     "helpers.train.worker._setup_runtime / apply_cpu_memory_cap"),
+     "helpers.train.worker.setup_runtime / apply_cpu_memory_cap"),
     ("SEMI_AUTO_PARALLEL + shard() + strategy file", "explicit collectives over create_group sub-groups, same strategy file",
      "helpers.train.hybrid_step.build_hybrid_step"),
     ("GPU/NPU profiler rows (kernels on the device timeline)", "CPU profiler rows of the same trace_view.json",

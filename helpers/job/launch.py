@@ -96,6 +96,11 @@ class JobResult:
         return img_per_s(self.metric("step_s"), self.config.global_batch, skip)
 
     @property
+    def returns(self) -> dict[int, object]:
+        """rank -> what its code handed back (a notebook cell's ``finish(value)``, ``helpers.cells``)."""
+        return {r: self.summaries[r].get("result") for r in self.ranks}
+
+    @property
     def weights_identical(self) -> bool:
         sums = set(self.summary("checksum"))
         return len(sums) == 1 and None not in sums
@@ -218,7 +223,7 @@ def end_orphans() -> None:
 
 def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
             launches: list[dict] | None = None, worker: tuple[str, ...] = (),
-            bin_dir: str | os.PathLike | None = None) -> JobResult:
+            bin_dir: str | os.PathLike | None = None, files: dict[str, bytes] | None = None) -> JobResult:
     """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
 
     ``launches`` (advanced, used for multi-node on one host) lists one dict per msrun invocation with
@@ -228,12 +233,16 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     per-rank program, e.g. ``("-m", "benchmarks.model_train_worker", "--sink", "0")``, run under the same rank
     guard, watch and stop; it gets the config path last and writes the worker's metrics records.
     ``bin_dir``: the bin folder of another Python environment whose msrun and python run the ranks.
+    ``files``: name -> bytes written into the run directory before the ranks start (a notebook cell's program,
+    ``helpers.cells``).
     """
     check_disk(cfg.validate(), run_root)                     # room for the run folder, cache and data, before any write
     cfg = plan_job(cfg)                                      # what runs: checks, data, convolution
     launcher = make_launcher(cfg, launches, worker, bin_dir)   # what starts it: msrun here, or sbatch
     end_orphans()
     cfg, run_dir, config_path, job_id = _job_files(launcher.place(cfg), run_root)
+    for name, data in (files or {}).items():
+        (run_dir / name).write_bytes(data)
     bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
                         cfg.steps * max(1, len(cfg.phase_samplers)) * max(1, len(cfg.phase_seeds)), progress)
     need = _admit(cfg, job_id, run_dir, launcher, bar)        # host memory: fits, waits, or one clear error

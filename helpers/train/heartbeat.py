@@ -23,12 +23,14 @@ def beat_path(run_dir: str | Path, rank: int) -> Path:
     return Path(run_dir) / "metrics" / f"beat_{rank}.json"
 
 
-def where(frame) -> dict:
-    """The innermost frame of the course's own code (``helpers/``) and the innermost frame of all."""
+def where(frame, mine: tuple[str, ...] = ()) -> dict:
+    """The innermost frame of the course's own code (``helpers/``, or the files ``mine``: a notebook cell run on the
+    ranks) and the innermost frame of all."""
     inner = frame
     ours = None
     while frame is not None:
-        if ours is None and frame.f_code.co_filename.startswith(_HELPERS):
+        name = frame.f_code.co_filename
+        if ours is None and (name.startswith(_HELPERS) or name in mine):
             ours = frame
         frame = frame.f_back
     fmt = lambda f: f"{Path(f.f_code.co_filename).name}:{f.f_lineno} {f.f_code.co_name}" if f else None  # noqa: E731
@@ -38,15 +40,15 @@ def where(frame) -> dict:
 class Heartbeat:
     """``with Heartbeat(run_dir, rank): ...`` (the thread is a daemon: it dies with the rank)."""
 
-    def __init__(self, run_dir: str | Path, rank: int, every_s: float = BEAT_S):
-        self.path, self.every_s = beat_path(run_dir, rank), every_s
+    def __init__(self, run_dir: str | Path, rank: int, every_s: float = BEAT_S, ours: tuple[str, ...] = ()):
+        self.path, self.every_s, self.ours = beat_path(run_dir, rank), every_s, tuple(ours)
         self._main = threading.main_thread().ident
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="course-heartbeat", daemon=True)
 
     def beat(self) -> None:
         frame = sys._current_frames().get(self._main)
-        rec = {"time": time.time(), **(where(frame) if frame else {})}
+        rec = {"time": time.time(), **(where(frame, self.ours) if frame else {})}
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps(rec))
         os.replace(tmp, self.path)

@@ -61,7 +61,7 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _setup_runtime(cfg: JobConfig) -> dict:
+def setup_runtime(cfg: JobConfig) -> dict:
     """GRAPH_MODE on the config's device, then its per-device settings, all before ``init()``; returns what
     ``helpers.train.card_runtime.prepare_card`` set on a card (precision, determinism)."""
     import mindspore as ms
@@ -393,7 +393,7 @@ def main(argv=None) -> int:
     cfg = JobConfig.load(cfg_path)
     run_dir = cfg_path.parent
     split_cache_folder(cfg, os.environ)     # before MindSpore is imported
-    applied = _setup_runtime(cfg)
+    applied = setup_runtime(cfg)
     from mindspore.communication import get_group_size, get_rank, init
 
     init()                          # the scheduler process never returns from here

@@ -1,0 +1,82 @@
+"""The ``%%ranks`` cell magic: the cell's code runs on every rank of a job, its result lands in a notebook variable.
+
+    %load_ext helpers.cells
+    %%ranks ch.base --out first
+    init(); ...; report(step=i, loss=loss); finish(value)
+
+The first argument is the notebook's ``JobConfig`` (a name or expression: ranks, device, data, timeouts), which the
+cell reads as ``cfg``; ``--out`` (default ``cell_result``) receives the ``JobResult``; ``--name`` names the job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+from helpers.cells.program import CellError
+from helpers.core.config import JobConfig
+
+
+USAGE = "Usage: %%ranks CONFIG [--out NAME] [--name JOB] [--progress auto|text|none]"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises ``CellError`` instead of exiting the kernel."""
+
+    def error(self, message):
+        raise CellError(f"%%ranks: {message}. {USAGE}")
+
+
+def parse_magic_line(line: str) -> argparse.Namespace:
+    """``CONFIG [--out NAME] [--name JOB] [--progress auto|text|none]`` -> their values (``CellError`` if bad)."""
+    ap = _Parser(prog="%%ranks", add_help=False)
+    ap.add_argument("cfg")
+    ap.add_argument("--out", default="cell_result")
+    ap.add_argument("--name", default=None)
+    ap.add_argument("--progress", default=None)
+    try:
+        args, extra = ap.parse_known_args(shlex.split(line))
+    except ValueError as exc:              # shlex: an unclosed quote
+        raise CellError(f"%%ranks {line}: {exc}. {USAGE}") from None
+    if extra:
+        raise CellError(f"%%ranks {line}: unknown {' '.join(extra)}. {USAGE}")
+    if not args.out.isidentifier():
+        raise CellError(f"%%ranks: --out {args.out!r} is not a Python name")
+    return args
+
+
+def ranks_magic(line: str, cell: str, namespace: dict):
+    """Run ``cell`` on the ranks of the config ``line`` names (the cell reads it as ``cfg``); store the ``JobResult``
+    in ``namespace``."""
+    from IPython.display import Markdown, display
+
+    from helpers.cells.run import run_cell
+
+    args = parse_magic_line(line)
+    try:
+        cfg = eval(args.cfg, namespace)         # noqa: S307 - the learner's own notebook expression
+    except Exception as exc:
+        raise CellError(f"%%ranks {line}: {args.cfg} cannot be read: {type(exc).__name__}: {exc}") from None
+    if not isinstance(cfg, JobConfig):
+        raise CellError(f"%%ranks {line}: {args.cfg} is a {type(cfg).__name__}, not a JobConfig; build one with "
+                        "helpers.core.config.job_config(...)")
+    if args.name:
+        cfg = cfg.replace(name=args.name)
+    progress = args.progress or namespace.get("progress", "auto")
+    result = run_cell(cell, cfg, namespace, magic_line=f"%%ranks {line}", progress=progress)
+    namespace[args.out] = result
+    display(Markdown(returns_table(result, args.out)))
+
+
+def returns_table(result, out: str) -> str:
+    """A markdown table of each rank's ``finish`` value (what the notebook's ``<out>.returns`` holds)."""
+    rows = [f"| {r} | `{v!r}` |" for r, v in result.returns.items()]
+    shown = rows if len(repr(result.returns)) < 4000 else rows[:2] + ["| ... | |"]
+    return (f"ran on {len(result.returns)} ranks in {result.wall_s:.1f} s; each rank's `finish(...)` is in "
+            f"`{out}.returns`:\n\n| rank | result |\n|---|---|\n" + "\n".join(shown))
+
+
+def load_ipython_extension(ipython) -> None:
+    """``%load_ext helpers.cells`` registers ``%%ranks``."""
+    ipython.register_magic_function(lambda line, cell: ranks_magic(line, cell, ipython.user_ns),
+                                    magic_kind="cell", magic_name="ranks")

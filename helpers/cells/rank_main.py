@@ -1,0 +1,98 @@
+"""What msrun runs on every rank for a cell: ``python -m helpers.cells.rank_main cell.py [cfg name...] config.json``.
+
+It opens the rank's records, starts its heartbeat, loads the notebook values the cell reads, then runs the cell
+as the module ``course_cell`` from its file, on the device, threads and card settings of the config (so ``inspect`` finds the source MindSpore's GRAPH mode parses).
+An error becomes the rank's failure record naming the cell's line, and only the cell's frames are shown; the
+cell's ``finish(value)`` goes into the rank's summary. msrun's scheduler runs the cell too and stays in ``init()``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import pickle
+import sys
+import traceback
+from pathlib import Path
+
+from helpers.cells import reporting
+from helpers.cells.program import MODULE_NAME, VALUES_FILE
+from helpers.core.config import JobConfig
+from helpers.core.errors import failure_kind
+from helpers.core.metrics import MetricsWriter
+from helpers.train.worker import leave_together, setup_runtime
+
+
+def cell_frames(exc: BaseException, cell_file: str) -> tuple[list, int | None, str]:
+    """The traceback from the cell's first frame on (the runner's own frames dropped), the innermost cell line
+    and its code."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [i for i, f in enumerate(frames) if f.filename == cell_file]
+    if not ours:
+        return frames, None, ""
+    return frames[ours[0]:], frames[ours[-1]].lineno, (frames[ours[-1]].line or "").strip()
+
+
+def failure_text(exc: BaseException, cell_file: str) -> tuple[str, str]:
+    """(one-line error naming the cell line, the traceback from the cell's frames on)."""
+    frames, line, code = cell_frames(exc, cell_file)
+    where = f" (cell line {line}: {code})" if line is not None else ""
+    tb = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) \
+        + "".join(traceback.format_exception_only(exc))
+    return f"{type(exc).__name__}: {exc}{where}", tb
+
+
+def notebook_values(run_dir: Path) -> dict:
+    """The notebook's values and modules the cell reads (``helpers.cells.program``), ready to use."""
+    packed = pickle.loads((run_dir / VALUES_FILE).read_bytes())
+    out = {name: pickle.loads(blob) for name, blob in packed["values"].items()}
+    out.update({alias: importlib.import_module(mod) for alias, mod in packed["modules"].items()})
+    return out
+
+
+def run_cell(cell_file: Path, given: dict) -> None:
+    """Execute the cell file as module ``course_cell`` with ``given`` names in its globals."""
+    spec = importlib.util.spec_from_file_location(MODULE_NAME, cell_file)
+    module = importlib.util.module_from_spec(spec)
+    module.__dict__.update(given)
+    sys.modules[MODULE_NAME] = module
+    spec.loader.exec_module(module)
+
+
+def main(argv=None) -> int:
+    """Run the cell on this rank (or, in msrun's scheduler, until its ``init()``); returns the exit code."""
+    argv = sys.argv[1:] if argv is None else argv
+    cfg_path = Path(argv[-1]).resolve()             # the rank guard passes the config last
+    run_dir = cfg_path.parent
+    cell_file = run_dir / argv[0]
+    cfg = JobConfig.load(cfg_path)
+    given = {**notebook_values(run_dir), **{name: cfg for name in argv[1:-1]}}   # the job's config by its names
+    setup_runtime(cfg)      # the launcher's part: cfg's device, its threads per rank, a card's float32 settings
+    if os.environ.get("MS_ROLE") == "MS_SCHED":
+        run_cell(cell_file, given)          # the scheduler: it never returns from the cell's init()
+        return 0
+    from helpers.train.heartbeat import Heartbeat
+
+    rank = int(os.environ.get("RANK_ID", "0"))
+    out = MetricsWriter(run_dir, rank)
+    out.write("start", pid=os.getpid(), world=int(os.environ.get("RANK_SIZE", cfg.world_size)),
+              host=os.uname().nodename)
+    reporting.attach(out)
+    try:
+        with Heartbeat(run_dir, rank, ours=(str(cell_file),)):
+            run_cell(cell_file, given)
+    except BaseException as exc:
+        error, tb = failure_text(exc, str(cell_file))
+        out.write("failure", kind=failure_kind(tb), error=error, traceback=tb[-4000:])
+        out.close()
+        print(tb, file=sys.stderr, flush=True)
+        return 1
+    out.write("summary", result=reporting.result(), finished=reporting._state["finished"])
+    out.close()
+    leave_together(int(os.environ.get("RANK_SIZE", cfg.world_size)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,116 @@
+"""A notebook cell made into a rank program (helpers.cells): what is checked before launch, what a rank reports."""
+
+import json
+import pickle
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+from helpers.cells.magic import parse_magic_line, returns_table
+from helpers.cells.program import (CELL_FILE, VALUES_FILE, CellError, cell_program, cell_text, free_names)
+from helpers.cells.rank_main import failure_text, notebook_values
+from helpers.cells import reporting
+from helpers.core.metrics import MetricsWriter, metrics_path, read_records
+
+
+def test_the_file_keeps_the_cells_line_numbers():
+    text = cell_text("%%ranks cfg", "a = 1\nb = 2\n")
+    assert text.splitlines()[0] == "# %%ranks cfg" and text.splitlines()[2] == "b = 2"
+
+
+def test_a_syntax_error_names_the_cell_line_before_launch():
+    with pytest.raises(CellError, match=r"line 3.*\n.*for i in range\(3\)\n.*nothing was launched"):
+        cell_program("%%ranks cfg", "x = 1\nfor i in range(3)\n    pass\n", {})
+
+
+def test_free_names_are_what_the_cell_reads_and_never_binds():
+    src = ("import numpy as np\nfrom mindspore import nn\nk = steps * 2\n"
+           "def f(x):\n    global done\n    done = x + scale\n    return np.sum(x)\n"
+           "class C(nn.Cell):\n    def construct(self, x):\n        return x * factor\n"
+           "for i in range(k):\n    print(i, cfg)\n")
+    assert free_names(src) == {"steps", "scale", "factor", "cfg"}
+
+
+def test_notebook_values_go_by_value_and_modules_by_name(tmp_path):
+    import numpy
+
+    ns = {"scale": 3.0, "table": {"a": [1, 2]}, "np": numpy, "unused": object()}
+    program = cell_program("%%ranks cfg", "y = np.ones(2) * scale\nz = table['a']\nprint(cfg)\n", ns, {"cfg"})
+    assert set(program.values) == {"scale", "table"} and program.modules == {"np": "numpy"}
+    for name, data in program.files().items():
+        (tmp_path / name).write_bytes(data)
+    assert (tmp_path / CELL_FILE).read_text().startswith("# %%ranks")
+    values = notebook_values(tmp_path)
+    assert values["scale"] == 3.0 and values["table"] == {"a": [1, 2]} and values["np"] is numpy
+
+
+def test_an_undefined_name_is_named_before_launch():
+    with pytest.raises(CellError, match="reads stepz, defined neither"):
+        cell_program("%%ranks cfg", "for i in range(stepz):\n    pass\n", {"steps": 3}, {"cfg"})
+
+
+def test_an_unpicklable_value_is_named_before_launch():
+    with pytest.raises(CellError, match=r"lock \(lock: cannot pickle"):
+        cell_program("%%ranks cfg", "with lock:\n    pass\n", {"lock": threading.Lock()}, {"cfg"})
+
+
+def test_a_function_or_class_defined_in_the_notebook_must_move_into_the_cell():
+    main = type(sys)("__main__")
+    exec("def helper(x):\n    return x\nclass Net:\n    pass\n", main.__dict__)
+    for name in ("helper", "Net"):
+        with pytest.raises(CellError, match=rf"{name} \(a .* defined in the notebook.*MindSpore needs its source"):
+            cell_program("%%ranks cfg", f"{name}(1)\n", {name: main.__dict__[name]}, {"cfg"})
+
+
+def test_the_magic_line_is_read_or_refused_with_its_usage():
+    args = parse_magic_line("cfg --out first --name smoke")
+    assert (args.cfg, args.out, args.name) == ("cfg", "first", "smoke")
+    assert parse_magic_line("job").out == "cell_result"
+    for bad in ("", "cfg --outt x", "cfg --out 1x"):
+        with pytest.raises(CellError):
+            parse_magic_line(bad)
+
+
+def test_report_writes_step_records_and_finish_keeps_plain_values(tmp_path):
+    out = MetricsWriter(tmp_path, 2)
+    reporting.attach(out)
+    reporting.report(step=0, loss=np.float32(2.5), classes=np.array([1, 2]))
+    reporting.report(step=1, loss=None, data_s=0.01)
+    reporting.finish({"w": np.arange(3), "n": np.int64(4), 5: "x"})
+    out.close()
+    steps = [r for r in read_records(metrics_path(tmp_path, 2)) if r["event"] == "step"]
+    assert [s["step"] for s in steps] == [0, 1] and steps[0]["loss"] == 2.5 and steps[0]["classes"] == [1, 2]
+    assert steps[1]["loss"] is None and steps[1]["data_s"] == 0.01 and all(s["step_s"] >= 0 for s in steps)
+    assert reporting.result() == {"w": [0, 1, 2], "n": 4, "5": "x"}
+    json.dumps(reporting.result())
+
+
+def test_report_outside_a_job_does_nothing():
+    reporting._state["out"] = None
+    reporting.report(step=0, loss=1.0)
+
+
+def test_a_ranks_error_names_the_cell_line_and_shows_only_the_cells_frames(tmp_path):
+    cell = tmp_path / CELL_FILE
+    cell.write_text("# %%ranks cfg\ndef f(x):\n    return 1 / x\n\nf(0)\n")
+    try:
+        exec(compile(cell.read_text(), str(cell), "exec"), {})
+    except ZeroDivisionError as exc:
+        error, tb = failure_text(exc, str(cell))
+    assert error == "ZeroDivisionError: division by zero (cell line 3: return 1 / x)"
+    assert f'"{cell}", line 5' in tb and f'"{cell}", line 3' in tb and "test_cells.py" not in tb
+
+
+def test_the_returns_table_lists_each_rank():
+    class Result:
+        returns, wall_s = {0: {"a": 1}, 1: {"a": 2}}, 3.0
+    text = returns_table(Result(), "first")
+    assert "`first.returns`" in text and "| 1 | `{'a': 2}` |" in text
+
+
+def test_values_file_is_a_pickle_of_values_and_modules():
+    program = cell_program("%%ranks cfg", "x = k\n", {"k": 1}, {"cfg"})
+    packed = pickle.loads(program.files()[VALUES_FILE])
+    assert pickle.loads(packed["values"]["k"]) == 1 and packed["modules"] == {}
