@@ -19,6 +19,13 @@ from helpers.output.tables import show_md, show_table
 from helpers.train.conv_autoselect import resolve_conv_impl
 
 
+def show_torch_table() -> None:
+    """The PyTorch -> MindSpore table (``helpers.chapters.torch_to_mindspore``; its names are tested against the wheel)."""
+    from helpers.chapters.torch_to_mindspore import table_markdown
+
+    show_md(table_markdown())
+
+
 def show_config(cfg) -> None:
     """The settings of the chapter's job, before it runs."""
     show_table(config_table(cfg), ["setting", "value"])

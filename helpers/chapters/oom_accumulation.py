@@ -81,6 +81,18 @@ def chapter_sizes(preset: str, rehearse: bool = False, sweep_batches=None, **ove
     return Sizes(base, per_rank, k, per_rank // k, size["conv_impl"], size["cap_margin_mb"], chosen, model.image_size)
 
 
+CPU_CODE_MICRO = 4     # the code cell's micro-batch on CPU: every rank of the preset fits in host memory
+
+
+def code_config(s: Sizes, world: int) -> JobConfig:
+    """The code cell's job: ``world`` ranks (the CPU experiments use fewer, to fit host memory), K micro-batches of
+    the chapter's size on a card and of ``CPU_CODE_MICRO`` images on CPU (``cfg.micro_batch``,
+    ``cfg.accumulation_steps`` in the cell)."""
+    micro = s.micro if s.base.device_target != "CPU" else min(s.micro, CPU_CODE_MICRO)
+    return s.base.replace(name="accumulation-code", world_size=world, global_batch=world * micro * s.k,
+                          micro_batch=micro, accumulation_steps=s.k)
+
+
 def blog_rows() -> tuple[dict, list]:
     """The planner's answer for the blog's case and ResNet-50 (batch 64, 224 px, 40 GiB): estimates and table rows."""
     est = {"blog": memory.estimate("resnet152", 64, 224), "r50": memory.estimate("resnet50", 64, 224)}
@@ -214,6 +226,7 @@ class OomChapter:
         self.s = chapter_sizes(preset, rehearse, sweep_batches, **overrides)
         self.base = self.s.base
         self.num_classes = len(prepare_data(self.base).classes)
+        self.code_cfg = code_config(self.s, job_config(preset, rehearse=rehearse).world_size)
         show_table(config_table(self.base) + [("micro-batch x K", f"{self.s.micro} x {self.s.k}")],
                    ["setting", "value"])
 

@@ -1,7 +1,8 @@
 """End to end in a real browser: JupyterLab + headless Chromium run chapter 00 with the ci preset.
 
 What a workshop participant does, automated: open ``00_environment_setup.ipynb`` in JupyterLab, Run > Run
-All Cells, watch the per-rank progress bars (ipywidgets) fill, see the loss plot. The test asserts that the
+All Cells, watch the per-rank progress bars (ipywidgets) fill, those of the ``%%ranks`` code cell included, see
+the loss plot. The test asserts that the
 progress widgets rendered and reached 100%, a plot image appeared and no cell shows an error, and saves a
 screenshot (``tmp_path`` and ``runs/browser/``).
 
@@ -231,6 +232,17 @@ PROGRESS_JS = """(sel) => [...document.querySelectorAll(sel)].map(b => {
 })"""
 
 
+# The progress bars inside the output of the %%ranks cell (the code the chapter teaches, run on every rank).
+RANK_CELL_BARS_JS = """(sel) => [...document.querySelectorAll('.jp-CodeCell')]
+    .filter(c => ((c.querySelector('.jp-InputArea') || {}).textContent || '').includes('%%ranks'))
+    .map(c => [...c.querySelectorAll(sel)].map(b => {
+        const inner = b.querySelector('.progress-bar');
+        return {label: (b.querySelector('.widget-label') || {}).textContent || '',
+                width: inner ? inner.style.width : null};
+    }))"""
+BAR_SELECTOR = ".widget-hprogress, .widget-progress"
+
+
 def run_all_cells(page):
     """Run > Run All Cells from JupyterLab's menu bar (the command, if the menu cannot be clicked)."""
     try:
@@ -313,6 +325,7 @@ def test_chapter00_runs_in_jupyterlab(chromium, standin, tmp_path):
                 # Let the last widget updates paint, then gather what a participant sees.
                 page.wait_for_timeout(1500)
                 bars = page.evaluate(PROGRESS_JS, PROGRESS_SELECTOR)
+                rank_cell_bars = page.evaluate(RANK_CELL_BARS_JS, BAR_SELECTOR)
                 images = page.locator(".jp-OutputArea-output img").count()
                 # a figure comes with a text/markdown image carrying its description (helpers.output.plots), which
                 # JupyterLab prefers to image/png: it renders as a markdown <img alt=...>
@@ -354,6 +367,7 @@ def test_chapter00_runs_in_jupyterlab(chromium, standin, tmp_path):
             shutil.copy2(lab.log_path, human / "jupyterlab.log")
 
     report = {"run_all_via": how, "seconds": round(run_s, 1), "progress_bars": len(bars), "headers": headers,
+              "rank_cell_bars": rank_cell_bars,
               "widget_views": widget_views, "images": images, "rendered_images": rendered_images}
     print(json.dumps(report))
     (REPO / "runs" / "browser" / "report.json").write_text(json.dumps({**report, "bars": bars}, indent=2))
@@ -368,6 +382,10 @@ def test_chapter00_runs_in_jupyterlab(chromium, standin, tmp_path):
     assert widget_views > 0, "no ipywidgets view rendered in any output area"
     assert len(bars) >= 8, f"expected >= 8 per-rank progress bars, found {len(bars)}"
     assert {b["label"] for b in bars[:8]} == {f"rank {r}" for r in range(8)}
+    # the %%ranks cell (init(), the parallel context, the train step) ran on 8 ranks, one bar each, to the end
+    assert len(rank_cell_bars) == 1, f"expected one %%ranks cell in chapter 00, found {len(rank_cell_bars)}"
+    assert sorted(b["label"] for b in rank_cell_bars[0]) == [f"rank {r}" for r in range(8)], rank_cell_bars
+    assert all(b["width"] == "100%" for b in rank_cell_bars[0]), rank_cell_bars
     for b in bars:
         assert b["width"] == "100%", f"progress bar not at 100%: {b}"
         assert "success" in b["cls"], f"progress bar not marked finished (bar_style=success): {b}"

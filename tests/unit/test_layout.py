@@ -128,7 +128,8 @@ def test_modules_and_functions_are_short(path):
 
 
 def code_lines(source: str) -> int:
-    return sum(1 for ln in source.splitlines() if ln.strip() and not ln.strip().startswith("#"))
+    """Lines of Python: not blank, not comments, not IPython magics (``%load_ext``, ``%%ranks``)."""
+    return sum(1 for ln in source.splitlines() if ln.strip() and not ln.strip().startswith(("#", "%")))
 
 
 def is_rank_cell(cell) -> bool:
