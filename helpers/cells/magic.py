@@ -68,12 +68,26 @@ def ranks_magic(line: str, cell: str, namespace: dict):
     display(Markdown(returns_table(result, args.out)))
 
 
+def cell_text_of(value) -> str:
+    """One table cell: floats to 9 significant digits (enough to see equal weights), lists and the rest as written."""
+    if isinstance(value, float):
+        return f"{value:.9g}"
+    return str(value).replace("|", "\\|")
+
+
 def returns_table(result, out: str) -> str:
-    """A markdown table of each rank's ``finish`` value (what the notebook's ``<out>.returns`` holds)."""
-    rows = [f"| {r} | `{v!r}` |" for r, v in result.returns.items()]
-    shown = rows if len(repr(result.returns)) < 4000 else rows[:2] + ["| ... | |"]
-    return (f"ran on {len(result.returns)} ranks in {result.wall_s:.1f} s; each rank's `finish(...)` is in "
-            f"`{out}.returns`:\n\n| rank | result |\n|---|---|\n" + "\n".join(shown))
+    """A markdown table of each rank's ``finish`` value (what the notebook's ``<out>.returns`` holds): one column
+    per key when every rank returned a dict with the same keys."""
+    values = result.returns
+    keys = list(next(iter(values.values()))) if values and all(isinstance(v, dict) for v in values.values()) else []
+    if keys and all(list(v) == keys for v in values.values()):
+        head = "| rank | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys)
+        rows = [f"| {r} | " + " | ".join(cell_text_of(v[k]) for k in keys) + " |" for r, v in values.items()]
+    else:
+        head = "| rank | result |\n|---|---|"
+        rows = [f"| {r} | {cell_text_of(v)} |" for r, v in values.items()]
+    return (f"ran on {len(values)} ranks in {result.wall_s:.1f} s; each rank's `finish(...)` is in "
+            f"`{out}.returns`:\n\n{head}\n" + "\n".join(rows))
 
 
 def load_ipython_extension(ipython) -> None:

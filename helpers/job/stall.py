@@ -116,6 +116,9 @@ def stuck_ranks(stalled: list[int], progress: dict[int, RankProgress], beats: di
     moving = [r for r in progress if r not in stalled and progress[r].event != "summary"]
     if moving:
         return stalled, f"ranks {_ranges(moving)} kept making progress"
+    done = [r for r in progress if r not in stalled and progress[r].event == "summary"]
+    if done:
+        return stalled, f"ranks {_ranges(done)} finished and wait for them"
     steps = {r: -1 if progress[r].step is None else progress[r].step for r in stalled}
     if len(set(steps.values())) > 1:
         low = min(steps.values())

@@ -103,11 +103,14 @@ def test_a_ranks_error_names_the_cell_line_and_shows_only_the_cells_frames(tmp_p
     assert f'"{cell}", line 5' in tb and f'"{cell}", line 3' in tb and "test_cells.py" not in tb
 
 
-def test_the_returns_table_lists_each_rank():
+def test_the_returns_table_lists_each_rank_with_a_column_per_key():
     class Result:
-        returns, wall_s = {0: {"a": 1}, 1: {"a": 2}}, 3.0
+        returns, wall_s = {0: {"a": 1, "w": 616.1182250976562}, 1: {"a": 2, "w": [1, 2]}}, 3.0
     text = returns_table(Result(), "first")
-    assert "`first.returns`" in text and "| 1 | `{'a': 2}` |" in text
+    assert "`first.returns`" in text and "| rank | a | w |" in text
+    assert "| 0 | 1 | 616.118225 |" in text and "| 1 | 2 | [1, 2] |" in text
+    Result.returns = {0: 5, 1: {"a": 1}}
+    assert "| rank | result |" in returns_table(Result(), "x") and "| 1 | {'a': 1} |" in returns_table(Result(), "x")
 
 
 def test_values_file_is_a_pickle_of_values_and_modules():

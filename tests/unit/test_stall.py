@@ -193,3 +193,10 @@ def test_the_worker_is_told_from_msrun_and_the_guard_which_name_the_rank_guard_t
     assert runs_module(guard, RANK_GUARD)
     assert not runs_module(msrun, RANK_GUARD) and not runs_module(tail, RANK_GUARD)
     assert not runs_module(["python", "-u", "-m", "helpers.train.worker", "c.json"], RANK_GUARD)
+
+
+def test_a_rank_still_going_after_the_others_finished_is_named_with_them_waiting():
+    progress = {0: RankProgress(NOW - 70, "summary"), 1: RankProgress(NOW - 70, "step", 0),
+                2: RankProgress(NOW - 69, "summary")}
+    stuck, why = stuck_ranks([1], progress, {1: {"ours": "cell.py:10 <module>"}}, NOW)
+    assert stuck == [1] and why == "ranks 0, 2 finished and wait for them", why

@@ -1,0 +1,279 @@
+"""Notebook cells run on every rank (``helpers.cells.run_cell``) as real msrun jobs: a result per rank, and
+the faults (a raising, hung, interrupted or orphaned cell, bad syntax, no memory) named, nothing left."""
+
+import _thread
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from helpers.cells.program import CELL_FILE, CellError
+from helpers.cells.run import run_cell
+from helpers.core.errors import JobFailed
+from helpers.core.metrics import read_records
+from helpers.job import host_memory as hm
+from helpers.job.stall import STEP_FACTOR
+from tests.job_marks import left, marker  # noqa: F401 (marker is a fixture)
+
+pytestmark = pytest.mark.jobs
+
+MAGIC = "%%ranks cfg"
+
+NET_CELL = """\
+import numpy as np
+import mindspore as ms
+from mindspore import nn, ops
+from mindspore.communication import get_rank, init
+from helpers.cells import finish, report
+
+init()
+
+
+class Scaled(nn.Cell):
+    def __init__(self):
+        super().__init__()
+        self.total = ops.ReduceSum()
+
+    def construct(self, x):
+        return self.total(x * scale)
+
+
+net = Scaled()
+for i in range(cfg.steps):
+    out = net(ms.Tensor(np.full(4, get_rank() + i, np.float32)))
+    report(step=i, loss=out)
+finish({"rank": get_rank(), "out": float(out.asnumpy()), "mode": ms.get_context("mode")})
+"""
+
+RAISING_CELL = """\
+import time
+from mindspore.communication import get_rank, init
+from helpers.cells import finish, report
+
+init()
+for i in range(cfg.steps):
+    report(step=i, loss=1.0 / (i + 1))
+    if get_rank() == 3:
+        raise RuntimeError("rank 3 gave up")
+    time.sleep(0.2)
+finish(get_rank())
+"""
+
+SPINNING_CELL = """\
+import time
+from mindspore.communication import get_rank, init
+from helpers.cells import finish, report
+
+init()
+for i in range(cfg.steps):
+    report(step=i, loss=1.0)
+    if get_rank() == 1:
+        while True:
+            pass
+    time.sleep(0.2)
+finish(get_rank())
+"""
+
+ENDLESS_CELL = """\
+import time
+from mindspore.communication import get_rank, init
+from helpers.cells import report
+
+init()
+i = 0
+while True:
+    report(step=i, loss=1.0)
+    i += 1
+    time.sleep(0.2)
+"""
+
+
+def small(ci_config, **changes):
+    """4 ranks of the ci preset, bounded by a timeout well above what a test waits for."""
+    return ci_config.replace(**{"world_size": 4, "global_batch": 32, "timeout_s": 300.0, **changes})
+
+
+def net_returns(cfg, scale: float) -> dict:
+    """Each rank's ``finish`` of ``NET_CELL``: its last sum, 4 x (rank + step) x ``scale``, in GRAPH mode."""
+    graph_mode = 0                          # ms.GRAPH_MODE
+    return {r: {"rank": r, "out": 4 * (r + cfg.steps - 1) * scale, "mode": graph_mode}
+            for r in range(cfg.world_size)}
+
+
+def cell_line(body: str, text: str) -> int:
+    """The notebook's line number of the one body line containing ``text`` (line 1 is the magic line)."""
+    (k,) = [i for i, line in enumerate(body.splitlines(), 1) if text in line]
+    return k + 1
+
+
+def steps_of(root: Path, rank: int) -> list[dict]:
+    """``rank``'s step records so far in the only job under ``root``."""
+    files = list(root.glob(f"*/*/metrics/rank_{rank}.jsonl"))
+    return [r for r in read_records(files[0]) if r["event"] == "step"] if files else []
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The run directories under ``root`` (``<chapter>/<run>``)."""
+    return [p for p in root.glob("*/*") if p.is_dir()]
+
+
+def test_a_cell_with_a_graph_mode_net_runs_on_every_rank_and_returns_each_ranks_value(ci_config, tmp_path,
+                                                                                       marker):
+    """A cell's own nn.Cell runs in GRAPH mode on 4 ranks with a notebook value; every finish() is back."""
+    cfg = small(ci_config)
+    t0 = time.monotonic()
+    notebook = {"scale": 0.5, "unread": threading.Lock()}     # a value the cell does not read is not sent
+    res = run_cell(NET_CELL, cfg, notebook, magic_line=MAGIC, progress="text", run_root=tmp_path)
+    print(f"cell on {cfg.world_size} ranks: {time.monotonic() - t0:.1f} s (job {res.wall_s:.1f} s)")
+    assert res.returns == net_returns(cfg, 0.5), res.returns
+    assert sorted(res.steps) == [0, 1, 2, 3]
+    for r in range(4):
+        assert [s["step"] for s in res.steps[r]] == list(range(cfg.steps))
+        assert [s["loss"] for s in res.steps[r]] == [4 * (r + i) * 0.5 for i in range(cfg.steps)]
+    text = (res.run_dir / CELL_FILE).read_text()
+    assert text.startswith(f"# {MAGIC}\n") and text.splitlines()[1:] == NET_CELL.splitlines()
+    assert not left(marker)
+
+
+def test_a_cell_raising_on_rank_3_of_8_names_the_rank_and_the_cell_line(ci_config, tmp_path, marker):
+    """An exception on rank 3 of 8: a crash of rank 3 naming the notebook line; only the cell in the log."""
+    cfg = small(ci_config, world_size=8, global_batch=64, steps=400)
+    with pytest.raises(JobFailed) as info:
+        run_cell(RAISING_CELL, cfg, {}, magic_line=MAGIC, progress="none", run_root=tmp_path)
+    raised = time.time()
+    err = info.value
+    line = cell_line(RAISING_CELL, "raise RuntimeError")
+    assert err.kind == "crash" and err.rank == 3, str(err)
+    assert f"RuntimeError: rank 3 gave up (cell line {line}: raise RuntimeError" in str(err), str(err)
+    assert f'{CELL_FILE}", line {line}, in <module>' in err.log_tail, err.log_tail
+    assert "rank_main.py" not in err.log_tail and "helpers/cells" not in err.log_tail, err.log_tail
+    (run_dir,) = run_dirs(tmp_path)
+    failed = [r for r in read_records(run_dir / "metrics" / "rank_3.jsonl") if r["event"] == "failure"][0]
+    assert len(steps_of(tmp_path, 3)) == 1, "rank 3 raised after its first report"
+    print(f"rank 3's error raised {raised - failed['time']:.1f} s after it was recorded\n  "
+          f"{str(err).splitlines()[0]}")
+    assert raised - failed["time"] < 15
+    assert not left(marker)
+
+
+def test_a_syntax_error_is_refused_before_anything_starts(ci_config, tmp_path, marker):
+    """A syntax error is a CellError naming the cell line: no run folder, no process."""
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    body = "from helpers.cells import finish\nfor i in range(cfg.steps)\n    finish(i)\n"
+    with pytest.raises(CellError) as err:
+        run_cell(body, small(ci_config), {}, magic_line=MAGIC, progress="none", run_root=tmp_path / "runs")
+    assert f"syntax error in the cell, line {cell_line(body, 'for i')}: expected ':'" in str(err.value)
+    assert str(err.value).endswith("nothing was launched")
+    assert not (tmp_path / "runs").exists() or not run_dirs(tmp_path / "runs"), "no run directory"
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= children, "nothing was started"
+    assert not left(marker)
+
+
+def test_an_endless_loop_on_rank_1_is_a_hang_named_at_its_cell_line(ci_config, tmp_path, marker):
+    """Rank 1 spinning in the cell: a hang of rank 1 at its cell.py line, named within stall limit + 30 s."""
+    cfg = small(ci_config, stall_s=8.0)
+    with pytest.raises(JobFailed) as info:
+        run_cell(SPINNING_CELL, cfg, {}, magic_line=MAGIC, progress="none", run_root=tmp_path)
+    raised = time.time()
+    err = info.value
+    assert err.kind == "hang" and err.rank == 1, str(err)
+    first = str(err).split("run directory")[0].strip()
+    assert "cell.py" in first, "the stuck rank's place is the cell's"
+    spin = {cell_line(SPINNING_CELL, "while True"), cell_line(SPINNING_CELL, "pass")}
+    assert {int(n) for n in re.findall(r"cell\.py:(\d+)", first)} <= spin, first
+    assert len(steps_of(tmp_path, 1)) == 1
+    steps = [s["step_s"] for r in range(cfg.world_size) for s in steps_of(tmp_path, r)]
+    limit = max(cfg.stall_s, STEP_FACTOR * float(np.median(steps)))
+    took = raised - steps_of(tmp_path, 1)[-1]["time"]
+    print(f"rank 1's endless loop named {took:.1f} s after its last report (limit {limit:.1f} s)\n  "
+          f"{first}")
+    assert took < limit + 30, f"detected {took:.0f} s after the stall"
+    assert not left(marker)
+
+
+def test_interrupting_a_cell_ends_its_job_and_is_not_a_success(ci_config, tmp_path, marker):
+    """Stop (SIGINT in the kernel) on a running cell: JobFailed 'interrupted' and no process left."""
+    # the timeout only bounds what a lost interrupt costs (it would fail the kind assertion below anyway)
+    cfg = small(ci_config)
+    metrics = []
+
+    def interrupt_after_first_step():
+        try:   # whatever happens while watching, the interrupt is sent (else the job runs to its timeout)
+            deadline = time.time() + 240
+            while time.time() < deadline:
+                if steps_of(tmp_path, 0):
+                    metrics.append(time.time())
+                    break
+                time.sleep(0.5)
+        finally:
+            _thread.interrupt_main(signal.SIGINT)
+
+    # what a notebook user's interrupt raises, whatever handler an earlier test left in this process
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        threading.Thread(target=interrupt_after_first_step, daemon=True).start()
+        with pytest.raises(JobFailed) as info:
+            run_cell(ENDLESS_CELL, cfg, {}, magic_line=MAGIC, progress="text", run_root=tmp_path)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert metrics, "the cell was running when interrupted"
+    took = time.time() - metrics[0]
+    print(f"interrupted cell ended {took:.1f} s after the interrupt was sent")
+    assert info.value.kind == "interrupted"
+    assert took < 30, "the launcher's stop: SIGINT to msrun, its 8 s grace, then SIGKILL to the rest"
+    assert not left(marker)
+
+
+KERNEL = """
+import sys
+from helpers.cells.run import run_cell
+from helpers.core.config import job_config
+cfg = job_config("ci", name="orphan_cell", chapter="tests", world_size=4, global_batch=32, timeout_s=300.0)
+run_cell(sys.argv[2], cfg, {}, magic_line="%%ranks cfg", progress="none", run_root=sys.argv[1])
+"""
+
+
+def test_a_killed_kernel_takes_its_cells_job_with_it_within_10_s(standin, tmp_path, marker):
+    """A kernel killed while its cell runs on the ranks: every process of the job gone within 10 s."""
+    kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(tmp_path), ENDLESS_CELL],
+                              cwd=Path(__file__).parents[2])
+    try:
+        deadline = time.time() + 240
+        while time.time() < deadline and not steps_of(tmp_path, 0):
+            time.sleep(0.2)
+        assert steps_of(tmp_path, 0), "the cell never reported"
+        assert len(left(marker)) >= 1 + 4
+        kernel.kill()                           # a crashed kernel, or papermill's death
+        kernel.wait()
+        died = time.time()
+        while left(marker) and time.time() - died < 30:
+            time.sleep(0.2)
+        gone_after = time.time() - died
+    finally:
+        kernel.kill()
+    print(f"every process of the cell's job gone {gone_after:.1f} s after the kernel's death")
+    assert not left(marker), f"{len(left(marker))} processes outlived the kernel by 30 s"
+    assert gone_after < 10, f"the job outlived its kernel by {gone_after:.1f} s"
+
+
+def test_a_cell_that_does_not_fit_in_host_memory_is_refused_before_anything_starts(ci_config, tmp_path,
+                                                                                   monkeypatch, marker):
+    """A cell job that does not fit the host's memory (COURSE_AVAILABLE_MB) is refused before any start."""
+    monkeypatch.delenv(hm.WAIT_ENV, raising=False)        # tests/conftest.py waits by default
+    monkeypatch.setenv(hm.AVAILABLE_ENV, "1500")
+    children = {p.pid for p in psutil.Process().children(recursive=True)}
+    cfg = small(ci_config)
+    with pytest.raises(hm.NotEnoughHostMemory) as err:
+        run_cell(NET_CELL, cfg, {"scale": 0.5}, magic_line=MAGIC, progress="none", run_root=tmp_path)
+    text = str(err.value)
+    assert "not started" in text and re.search(r"needs about \d+ MB \(4 ranks x \d+ MB", text), text
+    assert {p.pid for p in psutil.Process().children(recursive=True)} <= children, "no msrun was started"
+    assert not run_dirs(tmp_path), "no run folder left behind"
+    assert not left(marker)
