@@ -11,6 +11,7 @@ cell reads as ``cfg``; ``--out`` (default ``cell_result``) receives the ``JobRes
 from __future__ import annotations
 
 import argparse
+import re
 import shlex
 
 from helpers.cells.program import CellError
@@ -28,18 +29,23 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_magic_line(line: str) -> argparse.Namespace:
-    """``CONFIG [--out NAME] [--name JOB] [--progress auto|text|none]`` -> their values (``CellError`` if bad)."""
+    """``CONFIG [--out NAME] [--name JOB] [--progress auto|text|none]`` -> their values (``CellError`` if bad).
+    CONFIG is everything before the first option, so an expression with spaces works: ``cfg.replace(steps=2)``."""
+    first = re.search(r"(?:^|\s)--", line)
+    head, tail = (line[:first.start()], line[first.start():]) if first else (line, "")
     ap = _Parser(prog="%%ranks", add_help=False)
-    ap.add_argument("cfg")
     ap.add_argument("--out", default="cell_result")
     ap.add_argument("--name", default=None)
     ap.add_argument("--progress", default=None)
     try:
-        args, extra = ap.parse_known_args(shlex.split(line))
+        args, extra = ap.parse_known_args(shlex.split(tail))
     except ValueError as exc:              # shlex: an unclosed quote
         raise CellError(f"%%ranks {line}: {exc}. {USAGE}") from None
     if extra:
         raise CellError(f"%%ranks {line}: unknown {' '.join(extra)}. {USAGE}")
+    args.cfg = head.strip()
+    if not args.cfg:
+        raise CellError(f"%%ranks: name the job's config first. {USAGE}")
     if not args.out.isidentifier():
         raise CellError(f"%%ranks: --out {args.out!r} is not a Python name")
     return args

@@ -104,3 +104,13 @@ def plot_amp_steps(step_s: dict, device_target: str, world_size: int):
     ax.set(ylabel="seconds per step (no profiler)", title=f"mixed precision on {device_target}, {world_size} rank(s)")
     fig.tight_layout()
     return fig
+
+
+def show_baseline(jp, world_size: int) -> None:
+    """Section 1's figures: where each rank's profiled step went, then one step's timeline across the ranks when
+    the profile has one."""
+    plot_rank_breakdown({"baseline (unfused)": jp})
+    plt.show()
+    if jp.has_timeline:
+        plot_step_timeline(jp, title=f"one profiled step across {world_size} ranks, baseline")
+        plt.show()

@@ -68,7 +68,9 @@ def test_the_magic_line_is_read_or_refused_with_its_usage():
     args = parse_magic_line("cfg --out first --name smoke")
     assert (args.cfg, args.out, args.name) == ("cfg", "first", "smoke")
     assert parse_magic_line("job").out == "cell_result"
-    for bad in ("", "cfg --outt x", "cfg --out 1x"):
+    args = parse_magic_line("ch.code_cfg.replace(micro_batch=2, accumulation_steps=8) --out x")
+    assert (args.cfg, args.out) == ("ch.code_cfg.replace(micro_batch=2, accumulation_steps=8)", "x")
+    for bad in ("", "--out x", "cfg --outt x", "cfg --out 1x", "cfg --name 'x"):
         with pytest.raises(CellError):
             parse_magic_line(bad)
 
