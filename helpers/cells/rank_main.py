@@ -76,18 +76,19 @@ def main(argv=None) -> int:
 
     rank = int(os.environ.get("RANK_ID", "0"))
     out = MetricsWriter(run_dir, rank)
-    out.write("start", pid=os.getpid(), world=int(os.environ.get("RANK_SIZE", cfg.world_size)),
-              host=os.uname().nodename)
-    reporting.attach(out)
+    reporting.attach(out, pid=os.getpid(), world=int(os.environ.get("RANK_SIZE", cfg.world_size)),
+                     host=os.uname().nodename)
     try:
         with Heartbeat(run_dir, rank, ours=(str(cell_file),)):
             run_cell(cell_file, given)
     except BaseException as exc:
         error, tb = failure_text(exc, str(cell_file))
+        reporting.started()
         out.write("failure", kind=failure_kind(tb), error=error, traceback=tb[-4000:])
         out.close()
         print(tb, file=sys.stderr, flush=True)
         return 1
+    reporting.started()
     out.write("summary", result=reporting.result(), finished=reporting._state["finished"])
     out.close()
     leave_together(int(os.environ.get("RANK_SIZE", cfg.world_size)))

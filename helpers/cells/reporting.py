@@ -11,12 +11,21 @@ import time
 
 import numpy as np
 
-_state: dict = {"out": None, "last": None, "result": None, "finished": False}
+_state: dict = {"out": None, "last": None, "result": None, "finished": False, "start": None}
 
 
-def attach(out) -> None:
-    """Used by ``helpers.cells.rank_main``: send this rank's records to the ``MetricsWriter`` ``out``."""
-    _state.update(out=out, last=time.perf_counter(), result=None, finished=False)
+def attach(out, **start) -> None:
+    """Used by ``helpers.cells.rank_main``: send this rank's records to the ``MetricsWriter`` ``out``; its ``start``
+    record (``start`` fields) is written with the first record of the cell, which comes after the cell's ``init()``:
+    the launcher's watch reads a first record as "init() has returned" (``helpers.job.stall``)."""
+    _state.update(out=out, last=time.perf_counter(), result=None, finished=False, start=start)
+
+
+def started() -> None:
+    """Write the rank's ``start`` record once, before its first other record."""
+    if _state["out"] is not None and _state["start"] is not None:
+        _state["out"].write("start", **_state["start"])
+        _state["start"] = None
 
 
 def plain(value):
@@ -43,6 +52,7 @@ def report(step: int, loss=None, **fields) -> None:
     out = _state["out"]
     if out is None:
         return
+    started()
     now = time.perf_counter()
     rec = {k: plain(v) for k, v in fields.items()}
     out.write("step", step=int(step), loss=None if loss is None else float(plain(loss)), step_s=now - _state["last"],

@@ -1,14 +1,18 @@
-"""Chapter 00 exercises: ranks and msrun flags (public via ``helpers.exercises``)."""
+"""Chapter 00 exercises: ranks, msrun flags, a step without its reducer (public via ``helpers.exercises``)."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
-from helpers.exercises.common import checker, as_int, kind_of, say, tuple_error
+import numpy as np
+
+from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, say, tuple_error
 
 EX00_WORLD_SIZE = 8                      # the notebook's job: 8 ranks
 EX00_WORKER_ORDINAL = 6                  # "the 6th worker", counting from 1
 EX00_NODES, EX00_WORKERS_PER_NODE = 2, 4  # two servers A and B, 4 cards each
+EX00_SUM_KEY = "sum of weights"           # what each rank of the code cell returns in finish(...)
 
 
 @checker
@@ -89,3 +93,67 @@ def check_00_two_nodes(answer) -> bool:
     return say(True, f"on B: msrun --worker_num={want['worker_num']} --local_worker_num="
                       f"{want['local_worker_num']} --node_rank={want['node_rank']} (same master address and "
                       "port as A)")
+
+
+def _calls_reducer(tree: ast.AST) -> bool:
+    """Whether the cell calls its gradient reducer (``reduce_grads``, or any name bound to a
+    ``DistributedGradReducer(...)``) anywhere but where it builds it."""
+    def called(node) -> str | None:
+        func = node.func if isinstance(node, ast.Call) else None
+        return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+    reducers = {"reduce_grads"}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and called(node.value) == "DistributedGradReducer":
+            reducers |= {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in reducers
+               for n in ast.walk(tree))
+
+
+def _bool_error(answer) -> str | None:
+    """Why ``answer`` is not True or False (a bool; numpy's too), or None."""
+    if isinstance(answer, (bool, np.bool_)):
+        return None
+    if isinstance(answer, str) and answer.strip().lower() in ("true", "false", "yes", "no"):
+        word = answer.strip().lower() in ("true", "yes")
+        return f"the string {answer!r} is text, not a bool: write {word} without quotes"
+    if as_int(answer) in (0, 1):
+        return f"the exercise asks for True or False, got the int {answer!r}: write {bool(answer)}"
+    got = f"the string {answer!r} (text)" if isinstance(answer, str) else f"a {type(answer).__name__} {answer!r}"
+    return f"the exercise asks for True or False (a bool), got {got}"
+
+
+@checker
+def check_00_without_reducer(answer, run=None) -> bool:
+    """Do all ranks end with the same sum of weights once the code cell steps with ``opt(grads)``? A bool, read
+    from ``run``, the cell's ``JobResult`` (``on_ranks``)."""
+    todo = "in the code cell, replace opt(reduce_grads(grads)) by opt(grads) and run the cell again"
+    returns, verdict = cell_returns(run, (EX00_SUM_KEY,), todo)
+    if returns is None:
+        return verdict
+    tree, verdict = cell_tree(run)
+    if tree is None:
+        return verdict
+    if _calls_reducer(tree):
+        return say(None, f"the cell that made {RUN_NAME} still calls reduce_grads on the gradients: {todo}, then "
+                          "answer")
+    if answer is None:
+        return say(None, "set answer = True or False: do all ranks still end with the same sum of weights?")
+    error = _bool_error(answer)
+    if error:
+        return say(False, error)
+    sums = [float(v[EX00_SUM_KEY]) for v in returns.values()]
+    ranks, distinct = len(sums), len({f"{s:.9g}" for s in sums})   # as the cell's table shows them
+    want, seen = distinct == 1, f"{RUN_NAME}.returns"
+    if bool(answer) == want and not want:
+        return say(True, f"False: the {ranks} ranks ended with {distinct} different sums of weights ({seen}). "
+                          "Without the AllReduce each rank steps with its own shard's gradient, so the copies "
+                          "drift apart from the first step: reduce_grads is what keeps them one model")
+    if bool(answer) == want:
+        return say(True, f"True: all {ranks} ranks ended with the same sum of weights, {sums[0]:.9g} ({seen})"
+                          + ("; a one-rank job has no copies to drift apart" if ranks == 1 else ""))
+    if not want:
+        return say(False, f"the {ranks} ranks ended with {distinct} different sums of weights ({seen}): without "
+                           "the AllReduce each rank applies only its own shard's gradient, and the copies drift "
+                           "apart")
+    return say(False, f"all {ranks} ranks ended with the same sum of weights, {sums[0]:.9g} ({seen})")

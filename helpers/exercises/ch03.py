@@ -1,12 +1,19 @@
-"""Chapter 03 exercises: a 2x4 hybrid layout of a 100k-class classifier (public via ``helpers.exercises``)."""
+"""Chapter 03 exercises: a 2x4 hybrid layout of a 100k-class classifier, the code cell's ``/ mp`` (public via
+``helpers.exercises``)."""
 
 from __future__ import annotations
 
-from helpers.exercises.common import checker, as_int, say, tuple_error
+import ast
+
+import numpy as np
+
+from helpers.exercises.common import (RUN_NAME, as_int, cell_returns, cell_tree, checker, read_count, say,
+                                      tuple_error)
 
 EX03_FEATURES, EX03_CLASSES = 2048, 100_000   # ResNet-50's 2048 features, a 100k-class classifier
 EX03_DP, EX03_MP = 2, 4                       # 2 data-parallel groups x 4 model-parallel ranks
 EX03_RANK = 5
+EX03_RATIO_KEY = "gradient / reference"       # in the code cell's finish(...): |gradient| / |reference's slice|
 
 
 def _layout_bytes_hint(got: int, want: int) -> str:
@@ -96,3 +103,84 @@ def check_03_same_slice(answer) -> bool:
                            f"{mp_index} (rank r sits at divmod(r, {layout.mp}))")
     return say(False, f"the same slice as rank {EX03_RANK} is on {want}: the ranks with the same model-parallel "
                        f"index ({mp_index}) in each of the {layout.dp} data-parallel groups")
+
+
+def _divides_by_mp(tree: ast.AST) -> bool:
+    """Whether a ``forward`` in the cell's CPU branch (the whole cell if it has none) still divides by ``mp``."""
+    branch = next((n.body for n in ast.walk(tree) if isinstance(n, ast.If) and "CPU" in ast.unparse(n.test)),
+                  [tree])
+    forwards = [f for stmt in branch for f in ast.walk(stmt)
+                if isinstance(f, ast.FunctionDef) and f.name == "forward"]
+    return any(isinstance(n, ast.BinOp) and isinstance(n.op, ast.Div) and isinstance(n.right, ast.Name)
+               and n.right.id == "mp" for f in forwards for n in ast.walk(f))
+
+
+def _factor_hint(answer, want: int, ratio: float, returns: dict) -> str | None:
+    """Why ``answer`` is not the factor ``want`` (``ratio`` unrounded), naming the usual confusion, or None."""
+    mp, dp = (len({v[k] for v in returns.values()}) for k in ("model shard", "data shard"))
+    seen = f"{EX03_RATIO_KEY} is {ratio:g} on every rank ({RUN_NAME}.returns)"
+    if isinstance(answer, (float, np.floating)) and want > 1 and abs(answer - 1 / want) < 0.01:
+        return f"{answer!r} is the reference over the gradient; the gradient is the larger one: {seen}"
+    if isinstance(answer, (float, np.floating)) and answer == want:
+        return f"the exercise asks for a whole number (int), got the float {answer!r}: write {want}"
+    got = as_int(answer)
+    if got == 1 and want != 1:
+        return f"1 would mean unchanged, but {seen}: each rank's gradient is {want} x the reference's"
+    if got == len(returns) != want:
+        return (f"{got} is the number of ranks; the AllReduce that gathers the logits spans one model-parallel "
+                f"group, mp = {mp} ranks")
+    if got == dp != want:
+        return (f"{got} is the number of data-parallel groups; the AllReduce that gathers the logits spans one "
+                f"model-parallel group, mp = {mp} ranks")
+    return None
+
+
+def _ratios(run, todo: str):
+    """``(each rank's EX03_RATIO_KEY, returns, None)`` from a CPU run of the edited cell, else ``(None, None,
+    verdict)`` once the reason is said."""
+    returns, verdict = cell_returns(run, ("model shard", "data shard"), todo)
+    if returns is None:
+        return None, None, verdict
+    if not all(EX03_RATIO_KEY in v for v in returns.values()):
+        return None, None, say(False, f"the code cell's finish(...) returns no {EX03_RATIO_KEY!r}: run the "
+                                      "chapter's code cell as the course gives it, with the edit")
+    device = getattr(getattr(run, "config", None), "device_target", "CPU")
+    if device != "CPU":
+        return None, None, say(None, f"{RUN_NAME} ran on {device}: the CPU branch (and its / mp) runs only with "
+                                     "device_target CPU; on cards MindSpore splits the layer itself")
+    tree, verdict = cell_tree(run)
+    if tree is None:
+        return None, None, verdict
+    if _divides_by_mp(tree):
+        return None, None, say(None, f"the cell that made {RUN_NAME} still divides the loss by mp in the CPU "
+                                     f"forward: {todo}, then answer")
+    ratios = [float(v[EX03_RATIO_KEY]) for v in returns.values()]
+    if not all(np.isfinite(ratios)) or len({round(r) for r in ratios}) != 1:
+        return None, None, say(False, f"the ranks' {EX03_RATIO_KEY} ({', '.join(f'{r:g}' for r in ratios)}) do "
+                                      "not agree on one whole factor: run the code cell again")
+    return ratios, returns, None
+
+
+@checker
+def check_03_without_mp_division(answer, run=None) -> bool:
+    """The whole factor each rank's gradient is off from the one-process reference once the code cell's CPU
+    ``forward`` no longer divides by ``mp``, read from ``run``: the cell's ``JobResult`` (``on_ranks``)."""
+    ratios, returns, verdict = _ratios(run, "remove the / mp from the CPU branch's forward and run the code "
+                                            "cell again")
+    if ratios is None:
+        return verdict
+    want, ratio = round(ratios[0]), ratios[0]
+    hint = None if answer is None else _factor_hint(answer, want, ratio, returns)
+    if hint:
+        return say(False, hint)
+    got, verdict = read_count(answer, "the whole factor by which each rank's gradient is off from the reference")
+    if got is None:
+        return verdict
+    mp = len({v["model shard"] for v in returns.values()})
+    if got != want:
+        return say(False, f"{EX03_RATIO_KEY} is {ratio:g} on every rank ({RUN_NAME}.returns): {want}, not {got}")
+    if want != mp:
+        return say(True, f"{want}: {EX03_RATIO_KEY} is {ratio:g} on every rank ({RUN_NAME}.returns)")
+    return say(True, f"{want}: each rank's gradient is {want} x the reference's. The mp = {mp} members of a "
+                      "group compute the same loss on the same gathered logits, and AllReduce's backward sums "
+                      f"their {mp} identical gradients: the / mp undid that")

@@ -1,12 +1,14 @@
-"""Chapter 04 exercises: fusion buckets and the communication share (public via ``helpers.exercises``)."""
+"""Chapter 04 exercises: fusion buckets, the communication share, the code cell unfused (public via
+``helpers.exercises``)."""
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import numpy as np
 
-from helpers.exercises.common import checker, read_count, kind_of, say
+from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, read_count, say
 
 EX04_GRAD_KB = [64, 64, 256, 256, 512, 512, 1024, 1024, 2048, 2048]   # gradient tensors, in order
 EX04_BUCKET_KB = 1024                                                 # a bucket closes at >= 1 MB
@@ -14,6 +16,7 @@ EX04_BUCKET_KB = 1024                                                 # a bucket
 EX04_PROFILE = [(0, 1.00, 0.60), (1, 1.00, 0.70), (2, 0.95, 0.50), (3, 1.05, 0.65)]
 EX04_SHARE_TOL = 0.0005   # the share to 3 decimals (0.611) or 0.1 % (61.1): coarser cannot tell the
                           # per-rank mean (0.6113) from the pooled ratio (0.6125)
+EX04_CALLS_KEY = "AllReduce calls per step"   # in the code cell's finish(...): one profiled step of the rank
 
 
 def _capped_buckets(sizes_kb, cap_kb) -> int:
@@ -110,3 +113,69 @@ def check_04_comm_share(answer) -> bool:
                           f"reports); pooling the times would give "
                           f"{float(jp.comm_s.sum() / jp.step_s.sum()):.2%}")
     return say(False, _comm_share_hint(got, jp))
+
+
+def _cell_fusion(tree: ast.AST):
+    """The ``comm_fusion`` the cell passes to ``set_auto_parallel_context`` ({} when none), or None when it is not
+    a literal (directly or through the name it was assigned to)."""
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)
+             and getattr(n.func, "attr", getattr(n.func, "id", None)) == "set_auto_parallel_context"]
+    value = next((k.value for c in calls[::-1] for k in c.keywords if k.arg == "comm_fusion"), None)
+    if value is None:
+        return {}
+    if isinstance(value, ast.Name):
+        bound = [n.value for n in ast.walk(tree) if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == value.id for t in n.targets)]
+        value = max(bound, key=lambda n: (n.lineno, n.col_offset), default=None)
+    try:
+        return ast.literal_eval(value) if value is not None else None
+    except (ValueError, TypeError, SyntaxError):
+        return None
+
+
+def _unfused_calls(run, todo: str):
+    """``(AllReduce calls per step, None)`` from a run of the cell with ``fusion = {}``; else ``(None, verdict)``
+    once the reason is said."""
+    returns, verdict = cell_returns(run, (EX04_CALLS_KEY,), todo)
+    if returns is None:
+        return None, verdict
+    tree, verdict = cell_tree(run)
+    if tree is None:
+        return None, verdict
+    counts = [as_int(v[EX04_CALLS_KEY]) for v in returns.values()]
+    if None in counts or len(set(counts)) != 1:
+        return None, say(False, f"the ranks counted different AllReduce calls per step ({counts}): run the code "
+                                "cell again")
+    fusion, calls = _cell_fusion(tree), counts[0]
+    if fusion or (fusion is None and calls == 1):
+        still = f"passes comm_fusion = {fusion!r}" if fusion else "shows 1 AllReduce call per step"
+        return None, say(None, f"the cell that made {RUN_NAME} still {still} (fused): {todo}, then answer")
+    if calls == 0:
+        return None, say(None, f"{RUN_NAME} shows no AllReduce in the profiled step: a one-rank job reduces "
+                               "nothing; run the code cell on the chapter's ranks")
+    return calls, None
+
+
+@checker
+def check_04_unfused_calls(answer, run=None) -> bool:
+    """AllReduce calls per step once the code cell sets ``fusion = {}``, read from ``run``: the cell's
+    ``JobResult`` (``on_ranks``)."""
+    want, verdict = _unfused_calls(run, "set fusion = {} in the code cell and run it again")
+    if want is None:
+        return verdict
+    got, verdict = read_count(answer, "the number of AllReduce calls one step makes with fusion = {}")
+    if got is None:
+        return verdict
+    ranks = len(run.returns)
+    if got == want:
+        return say(True, f"{want}: with fusion = {{}} (MindSpore's default) each trainable parameter's "
+                          f"gradient goes in an AllReduce of its own: {want} gradient tensors, {want} calls per "
+                          "step; fusion packs them into a few buckets")
+    hints = {
+        1: f"1 is the fused count (fusion packs the gradients into buckets); with fusion = {{}} "
+           f"{RUN_NAME}.returns shows {want}",
+        want * ranks: f"{got} counts the calls of all {ranks} ranks; one step of one rank makes {want}",
+        ranks: f"{got} is the number of ranks; the count is per rank and step: {want}",
+    }
+    return say(False, hints.get(got, f"{RUN_NAME}.returns shows {want} AllReduce calls per step on every rank, "
+                                     f"not {got}"))

@@ -77,12 +77,16 @@ def test_the_magic_line_is_read_or_refused_with_its_usage():
 
 def test_report_writes_step_records_and_finish_keeps_plain_values(tmp_path):
     out = MetricsWriter(tmp_path, 2)
-    reporting.attach(out)
+    reporting.attach(out, host="node1")
+    assert read_records(metrics_path(tmp_path, 2)) == [], "no record before the cell's first report (init() first)"
     reporting.report(step=0, loss=np.float32(2.5), classes=np.array([1, 2]))
     reporting.report(step=1, loss=None, data_s=0.01)
     reporting.finish({"w": np.arange(3), "n": np.int64(4), 5: "x"})
     out.close()
-    steps = [r for r in read_records(metrics_path(tmp_path, 2)) if r["event"] == "step"]
+    records = read_records(metrics_path(tmp_path, 2))
+    assert records[0]["event"] == "start" and records[0]["host"] == "node1"
+    assert [r["event"] for r in records].count("start") == 1
+    steps = [r for r in records if r["event"] == "step"]
     assert [s["step"] for s in steps] == [0, 1] and steps[0]["loss"] == 2.5 and steps[0]["classes"] == [1, 2]
     assert steps[1]["loss"] is None and steps[1]["data_s"] == 0.01 and all(s["step_s"] >= 0 for s in steps)
     assert reporting.result() == {"w": [0, 1, 2], "n": 4, "5": "x"}

@@ -121,8 +121,12 @@ def test_the_guard_turns_an_exception_into_a_wrong_verdict(capsys):
 
 
 def test_every_chapter_has_a_checked_exercise():
+    """CASES hold every checker of an answer alone; those of an edited %%ranks cell (answer, on_ranks) are in
+    CELL_CHECKERS, tested in test_cell_exercises.py."""
     assert sorted(ex.CHECKERS) == ["00", "01", "02", "03", "04"]
-    assert {c[1] for c in CASES} == {f for fs in ex.CHECKERS.values() for f in fs}
+    cell = {f for fs in ex.CELL_CHECKERS.values() for f in fs}
+    assert {c[1] for c in CASES} == {f for fs in ex.CHECKERS.values() for f in fs} - cell
+    assert not {c[1] for c in CASES} & cell
 
 
 def test_issue_16_examples_are_rejected():
