@@ -8,3 +8,8 @@
 
 RANK3_HISTOGRAM = [0, 0, 0, 10, 40, 0, 0, 0, 0, 0]
 WORST_STEP_CLASSES = 1
+
+# 3. The code cell's sampler with a block of `order` per rank instead of dealing it: rank 0's block of the digits
+#    stand-in is class 0 alone (that class holds more images than one rank's share); the other ranks' blocks span
+#    2-3 classes (measured at ci). Dealing gives every rank all 10.
+BLOCK_SHARD_CLASSES = 1

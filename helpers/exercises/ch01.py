@@ -1,10 +1,13 @@
-"""Chapter 01 exercises: class-sorted labels under two splits (public via ``helpers.exercises``)."""
+"""Chapter 01 exercises: class-sorted labels under two splits, the code cell's sampler dealing in blocks (public via
+``helpers.exercises``)."""
 
 from __future__ import annotations
 
+import ast
+
 import numpy as np
 
-from helpers.exercises.common import checker, read_count, as_int, kind_of, say
+from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, read_count, say
 
 EX01_CLASSES, EX01_PER_CLASS = 10, 40    # class-sorted labels: 0 x40, 1 x40, ..., 9 x40
 EX01_RANKS, EX01_BATCH_PER_RANK = 8, 5
@@ -93,3 +96,36 @@ def check_01_worst_step_classes(answer) -> bool:
                                   "images of the whole step"}
     return say(False, hints.get(got, f"the worst step holds {want} class(es), not {got}: a global step reads "
                                       f"{step} consecutive samples of the class-sorted listing"))
+
+
+EX01_SHARD_KEY = "classes in my shard"     # in the code cell's finish(...): distinct classes the sampler gives
+DEALT = "self.shard_id::self.num_shards"   # the cell's dealing slice, as ast.unparse writes it
+
+
+@checker
+def check_01_block_shard(answer, run=None) -> bool:
+    """Classes in rank 0's shard once the code cell's sampler takes a contiguous block of ``order`` instead of
+    dealing it, read from ``run``: the cell's ``JobResult`` (``on_ranks``)."""
+    todo = "replace order[self.shard_id::self.num_shards] by a block of order in the code cell and run it again"
+    returns, verdict = cell_returns(run, (EX01_SHARD_KEY,), todo)
+    if returns is None:
+        return verdict
+    tree, verdict = cell_tree(run)
+    if tree is None:
+        return verdict
+    if DEALT in ast.unparse(tree):
+        return say(None, f"the last run of the code cell still deals the samples ({DEALT}): {todo}")
+    got, verdict = read_count(answer, "the number of classes in rank 0's shard")
+    if got is None:
+        return verdict
+    want, counts = int(returns[0][EX01_SHARD_KEY]), [int(v[EX01_SHARD_KEY]) for v in returns.values()]
+    dealt = max(counts)
+    if got == want:
+        return say(True, f"{want}: order lists the samples class by class, so a block of it holds only the classes "
+                          f"it spans ({min(counts)} to {max(counts)} per rank here); dealing it like cards gives "
+                          "every rank every class")
+    if got == 1:
+        return say(False, f"a block of {len(returns)} equal shares rarely ends where a class ends: rank 0's "
+                           f"block reaches into the next class ({RUN_NAME}.returns shows {want})")
+    return say(False, f"{RUN_NAME}.returns[0] shows {want} classes in rank 0's shard, not {got}"
+                      + (" (that is what dealing gives every rank)" if got >= dealt and got > want else ""))

@@ -14,7 +14,7 @@ from helpers import exercises as ex
 from tests.unit.test_exercises import ODD, solution
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-CHAPTER_NOTEBOOK = {"00": "00_environment_setup", "03": "03_hybrid_parallel", "04": "04_profiling"}
+CHAPTER_NOTEBOOK = {"00": "00_environment_setup", "01": "01_load_imbalance", "03": "03_hybrid_parallel", "04": "04_profiling"}
 
 
 def rank_cell(chapter: str) -> str:
@@ -28,6 +28,10 @@ def edited(chapter: str, source: str) -> str:
     if chapter == "00":
         assert "opt(reduce_grads(grads))" in source
         return source.replace("opt(reduce_grads(grads))", "opt(grads)")
+    if chapter == "01":
+        assert "order[self.shard_id::self.num_shards]" in source
+        return source.replace("order[self.shard_id::self.num_shards]",
+                              "order[self.shard_id * per_rank:(self.shard_id + 1) * per_rank]")
     if chapter == "03":
         assert "ops.cross_entropy(logits, y) / mp" in source
         return source.replace("ops.cross_entropy(logits, y) / mp", "ops.cross_entropy(logits, y)")
@@ -52,6 +56,11 @@ def returns_00(sums) -> dict:
     return {r: {"rank": r, "of": len(sums), "last loss": 2.3, "sum of weights": s} for r, s in enumerate(sums)}
 
 
+def returns_01(counts) -> dict:
+    return {r: {"classes in my shard": c, "stratified": [2, 3, 2, 2], "DistributedSampler(shuffle=False)": [1, 1, 2, 1],
+                "contiguous (the blog's split)": [1, 1, 1, 1]} for r, c in enumerate(counts)}
+
+
 def returns_03(ratio, mp: int = 2, ranks: int = 8) -> dict:
     ratios = ratio if isinstance(ratio, list) else [ratio] * ranks
     return {r: {"data shard": r // mp, "model shard": r % mp, "my slice of W": [64, 1000 // mp],
@@ -67,7 +76,8 @@ def returns_04(calls, ranks: int = 8) -> dict:
 DRIFTED = [616.758056640625, 615.6087036132812, 616.3076782226562, 616.5567626953125, 616.2223510742188,
            617.2194213867188, 615.2615966796875, 615.8270263671875]     # the ci run of the edited 00 cell
 SAME = [616.1182250976562] * 8                                          # the ci run as shipped
-RETURNS = {"00": (returns_00(DRIFTED), returns_00(SAME)), "03": (returns_03(2.0), returns_03(1.0)),
+BLOCKS = [1, 2, 2, 3, 2, 2, 3, 3]        # the ci run of the edited 01 cell: classes in each rank's block
+RETURNS = {"00": (returns_00(DRIFTED), returns_00(SAME)), "01": (returns_01(BLOCKS), returns_01([10] * 8)), "03": (returns_03(2.0), returns_03(1.0)),
            "04": (returns_04(62), returns_04(1))}     # (after the edit, as shipped), measured at ci
 
 # checker, chapter, the solution's attribute, typical wrong answers with a word their hint must contain
@@ -75,6 +85,8 @@ CASES = [
     (ex.check_00_without_reducer, "00", "WITHOUT_REDUCER_SAME_SUMS", [
         (True, "8 different sums"), ("False", "without quotes"), ("false", "without quotes"), ("True", "bool"),
         (0, "write False"), (1, "write True"), (0.0, "bool"), ([False], "bool"), ("no", "without quotes")]),
+    (ex.check_01_block_shard, "01", "BLOCK_SHARD_CLASSES", [
+        (10, "dealing"), (2, "not 2"), ("1", "string"), (True, "bool"), (1.0, "float")]),
     (ex.check_03_without_mp_division, "03", "WITHOUT_MP_DIVISION_FACTOR", [
         (1, "unchanged"), (0.5, "reference over the gradient"), (2.0, "write 2"), (2.1, "float"),
         (8, "number of ranks"), (4, "data-parallel groups"), (3, "2, not 3"), ("2", "string"), (True, "bool")]),
@@ -163,7 +175,7 @@ def test_every_cell_checker_is_tested():
 
 
 def test_each_chapter_cell_returns_what_its_checker_reads():
-    for chapter, keys in (("00", [ex.EX00_SUM_KEY]), ("03", ["data shard", "model shard"]),
+    for chapter, keys in (("00", [ex.EX00_SUM_KEY]), ("01", [ex.EX01_SHARD_KEY]), ("03", ["data shard", "model shard"]),
                           ("04", [ex.EX04_CALLS_KEY])):
         assert all(f'"{k}"' in rank_cell(chapter) for k in keys), chapter
 
@@ -171,6 +183,7 @@ def test_each_chapter_cell_returns_what_its_checker_reads():
 def test_numpy_answers_count_as_their_python_type(tmp_path):
     assert ex.check_00_without_reducer(np.bool_(False), run_of(tmp_path / "a", "00")) is True
     assert ex.check_03_without_mp_division(np.int64(2), run_of(tmp_path / "b", "03")) is True
+    assert ex.check_01_block_shard(np.int64(1), run_of(tmp_path / "d", "01")) is True
     assert ex.check_04_unfused_calls(np.int32(62), run_of(tmp_path / "c", "04")) is True
 
 
