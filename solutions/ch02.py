@@ -12,3 +12,8 @@ images. micro x steps is the per-card batch 256, not the global 2048.
 """
 
 MICRO_BATCH_AND_STEPS = (128, 2)
+
+# 2. The code cell rerun at micro-batch 2 x 8 micro-steps (ci, this 2-core machine): each rank peaked at 754-758 MB,
+#    against 780-783 MB at 4 x 4. At so small a micro-batch a rank's memory is MindSpore's runtime, the model, its
+#    gradients, momentum and accumulation buffers; the activations of 4 images at 64 px are a few percent of it.
+MICRO_MEMORY_MB = 755

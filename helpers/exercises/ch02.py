@@ -1,8 +1,11 @@
-"""Chapter 02 exercise: micro-batch and accumulation steps on a 16 GiB card (public via ``helpers.exercises``)."""
+"""Chapter 02 exercises: micro-batch and accumulation steps on a 16 GiB card, a rank's memory at another
+micro-batch of the code cell (public via ``helpers.exercises``)."""
 
 from __future__ import annotations
 
-from helpers.exercises.common import checker, as_int, say, tuple_error
+import numpy as np
+
+from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, say, tuple_error
 
 EX02_ARCH, EX02_IMAGE_SIZE = "resnet50", 224
 EX02_GLOBAL_BATCH, EX02_CARDS, EX02_CAPACITY_GB = 2048, 8, 16   # 256 images per card, 16 GiB cards
@@ -51,3 +54,41 @@ def check_02_accumulation(answer) -> bool:
     return say(True, f"{micro} x {steps}: the largest micro-batch that fits (~{est.total_gib:.1f} GiB of "
                       f"{EX02_CAPACITY_GB}; {2 * micro} would need ~{twice.total_gib:.1f}), what "
                       "plan_accumulation picks")
+
+
+EX02_MEMORY_KEYS = ("micro-batch x K", "peak RSS MB")    # in the code cell's finish(...)
+EX02_MICRO, EX02_TOLERANCE = 2, 0.05                      # the rerun's micro-batch; a prediction within 5 %
+
+
+@checker
+def check_02_micro_memory(answer, run=None) -> bool:
+    """A rank's peak resident memory (MB) predicted for the code cell rerun at micro-batch 2 (``on_ranks``):
+    right within 5 % of the ranks' median."""
+    todo = (f"run the code cell again with the config line %%ranks ch.code_cfg.replace(micro_batch={EX02_MICRO}, "
+            "accumulation_steps=...) (micro-batch x K = the per-rank batch)")
+    returns, verdict = cell_returns(run, EX02_MEMORY_KEYS, todo)
+    if returns is None:
+        return verdict
+    tree, verdict = cell_tree(run)         # the cell that made the run is there to read
+    if tree is None:
+        return verdict
+    micro = {str(v[EX02_MEMORY_KEYS[0]]).split(" x ")[0] for v in returns.values()}
+    if micro != {str(EX02_MICRO)}:
+        return say(None, f"the last run of the code cell used micro-batch {', '.join(sorted(micro))}: {todo}")
+    if answer is None:
+        return say(None, "set answer = your prediction of one rank's peak RSS in MB (a number), before looking")
+    if isinstance(answer, bool) or not isinstance(answer, (int, float, np.integer, np.floating)):
+        return say(False, f"the exercise asks for a number of MB, got {kind_of(answer)}")
+    peaks = np.array([float(v[EX02_MEMORY_KEYS[1]]) for v in returns.values()])
+    want = float(np.median(peaks))
+    off = float(answer) / want - 1
+    if abs(off) <= EX02_TOLERANCE:
+        return say(True, f"{RUN_NAME} measured {want:.0f} MB per rank ({peaks.min():.0f}-{peaks.max():.0f}); "
+                          f"your {float(answer):.0f} is {off:+.1%} off. At micro-batch {EX02_MICRO} a rank's memory "
+                          "is mostly MindSpore's runtime, the model and its optimizer state, not activations")
+    if float(answer) < 0.5 * want:
+        return say(False, f"{float(answer):.0f} MB is less than half the measured {want:.0f} MB: a rank holds "
+                           "MindSpore's runtime, the weights, gradients, momentum and the accumulation buffers "
+                           "whatever the micro-batch")
+    return say(False, f"{RUN_NAME} measured {want:.0f} MB per rank (median of {len(peaks)}), your {float(answer):.0f} "
+                       f"is {off:+.0%} off (right within {EX02_TOLERANCE:.0%})")

@@ -14,7 +14,7 @@ from helpers import exercises as ex
 from tests.unit.test_exercises import ODD, solution
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
-CHAPTER_NOTEBOOK = {"00": "00_environment_setup", "01": "01_load_imbalance", "03": "03_hybrid_parallel", "04": "04_profiling"}
+CHAPTER_NOTEBOOK = {"00": "00_environment_setup", "01": "01_load_imbalance", "02": "02_oom_gradient_accumulation", "03": "03_hybrid_parallel", "04": "04_profiling"}
 
 
 def rank_cell(chapter: str) -> str:
@@ -32,6 +32,9 @@ def edited(chapter: str, source: str) -> str:
         assert "order[self.shard_id::self.num_shards]" in source
         return source.replace("order[self.shard_id::self.num_shards]",
                               "order[self.shard_id * per_rank:(self.shard_id + 1) * per_rank]")
+    if chapter == "02":
+        assert source.startswith("%%ranks ch.code_cfg ")
+        return source.replace("%%ranks ch.code_cfg ", "%%ranks ch.code_cfg.replace(micro_batch=2, accumulation_steps=8) ", 1)
     if chapter == "03":
         assert "ops.cross_entropy(logits, y) / mp" in source
         return source.replace("ops.cross_entropy(logits, y) / mp", "ops.cross_entropy(logits, y)")
@@ -61,6 +64,10 @@ def returns_01(counts) -> dict:
                 "contiguous (the blog's split)": [1, 1, 1, 1]} for r, c in enumerate(counts)}
 
 
+def returns_02(micro_k: str, peaks) -> dict:
+    return {r: {"micro-batch x K": micro_k, "peak RSS MB": p} for r, p in enumerate(peaks)}
+
+
 def returns_03(ratio, mp: int = 2, ranks: int = 8) -> dict:
     ratios = ratio if isinstance(ratio, list) else [ratio] * ranks
     return {r: {"data shard": r // mp, "model shard": r % mp, "my slice of W": [64, 1000 // mp],
@@ -77,7 +84,10 @@ DRIFTED = [616.758056640625, 615.6087036132812, 616.3076782226562, 616.556762695
            617.2194213867188, 615.2615966796875, 615.8270263671875]     # the ci run of the edited 00 cell
 SAME = [616.1182250976562] * 8                                          # the ci run as shipped
 BLOCKS = [1, 2, 2, 3, 2, 2, 3, 3]        # the ci run of the edited 01 cell: classes in each rank's block
-RETURNS = {"00": (returns_00(DRIFTED), returns_00(SAME)), "01": (returns_01(BLOCKS), returns_01([10] * 8)), "03": (returns_03(2.0), returns_03(1.0)),
+PEAKS_2x8 = [754, 754, 758, 758, 754, 755, 754, 757]    # the ci run of the 02 cell at 2 x 8 (MB per rank)
+PEAKS_4x4 = [780, 783, 783, 783, 783, 781, 780, 780]    # and as shipped, 4 x 4
+RETURNS = {"00": (returns_00(DRIFTED), returns_00(SAME)), "02": (returns_02("2 x 8", PEAKS_2x8),
+                                                                 returns_02("4 x 4", PEAKS_4x4)), "01": (returns_01(BLOCKS), returns_01([10] * 8)), "03": (returns_03(2.0), returns_03(1.0)),
            "04": (returns_04(62), returns_04(1))}     # (after the edit, as shipped), measured at ci
 
 # checker, chapter, the solution's attribute, typical wrong answers with a word their hint must contain
@@ -87,6 +97,8 @@ CASES = [
         (0, "write False"), (1, "write True"), (0.0, "bool"), ([False], "bool"), ("no", "without quotes")]),
     (ex.check_01_block_shard, "01", "BLOCK_SHARD_CLASSES", [
         (10, "dealing"), (2, "not 2"), ("1", "string"), (True, "bool"), (1.0, "float")]),
+    (ex.check_02_micro_memory, "02", "MICRO_MEMORY_MB", [
+        (300, "less than half"), (1000, "off"), (700, "off"), ("755", "number of MB"), (True, "number of MB")]),
     (ex.check_03_without_mp_division, "03", "WITHOUT_MP_DIVISION_FACTOR", [
         (1, "unchanged"), (0.5, "reference over the gradient"), (2.0, "write 2"), (2.1, "float"),
         (8, "number of ranks"), (4, "data-parallel groups"), (3, "2, not 3"), ("2", "string"), (True, "bool")]),
@@ -175,7 +187,7 @@ def test_every_cell_checker_is_tested():
 
 
 def test_each_chapter_cell_returns_what_its_checker_reads():
-    for chapter, keys in (("00", [ex.EX00_SUM_KEY]), ("01", [ex.EX01_SHARD_KEY]), ("03", ["data shard", "model shard"]),
+    for chapter, keys in (("00", [ex.EX00_SUM_KEY]), ("01", [ex.EX01_SHARD_KEY]), ("02", list(ex.EX02_MEMORY_KEYS)), ("03", ["data shard", "model shard"]),
                           ("04", [ex.EX04_CALLS_KEY])):
         assert all(f'"{k}"' in rank_cell(chapter) for k in keys), chapter
 
