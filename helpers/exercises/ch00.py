@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, say, tuple_error
+from helpers.exercises.common import RUN_NAME, as_int, cell_run, checker, kind_of, say, tuple_error
 
 EX00_WORLD_SIZE = 8                      # the notebook's job: 8 ranks
 EX00_WORKER_ORDINAL = 6                  # "the 6th worker", counting from 1
@@ -128,11 +128,8 @@ def check_00_without_reducer(answer, run=None) -> bool:
     """Do all ranks end with the same sum of weights once the code cell steps with ``opt(grads)``? A bool, read
     from ``run``, the cell's ``JobResult`` (``on_ranks``)."""
     todo = "in the code cell, replace opt(reduce_grads(grads)) by opt(grads) and run the cell again"
-    returns, verdict = cell_returns(run, (EX00_SUM_KEY,), todo)
+    returns, tree, verdict = cell_run(run, (EX00_SUM_KEY,), todo)
     if returns is None:
-        return verdict
-    tree, verdict = cell_tree(run)
-    if tree is None:
         return verdict
     if _calls_reducer(tree):
         return say(None, f"the cell that made {RUN_NAME} still calls reduce_grads on the gradients: {todo}, then "

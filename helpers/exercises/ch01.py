@@ -7,7 +7,7 @@ import ast
 
 import numpy as np
 
-from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, read_count, say
+from helpers.exercises.common import RUN_NAME, as_int, cell_run, checker, kind_of, read_count, say
 
 EX01_CLASSES, EX01_PER_CLASS = 10, 40    # class-sorted labels: 0 x40, 1 x40, ..., 9 x40
 EX01_RANKS, EX01_BATCH_PER_RANK = 8, 5
@@ -107,11 +107,8 @@ def check_01_block_shard(answer, run=None) -> bool:
     """Classes in rank 0's shard once the code cell's sampler takes a contiguous block of ``order`` instead of
     dealing it, read from ``run``: the cell's ``JobResult`` (``on_ranks``)."""
     todo = "replace order[self.shard_id::self.num_shards] by a block of order in the code cell and run it again"
-    returns, verdict = cell_returns(run, (EX01_SHARD_KEY,), todo)
+    returns, tree, verdict = cell_run(run, (EX01_SHARD_KEY,), todo)
     if returns is None:
-        return verdict
-    tree, verdict = cell_tree(run)
-    if tree is None:
         return verdict
     if DEALT in ast.unparse(tree):
         return say(None, f"the last run of the code cell still deals the samples ({DEALT}): {todo}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, say, tuple_error
+from helpers.exercises.common import RUN_NAME, as_int, cell_run, checker, kind_of, say, tuple_error
 
 EX02_ARCH, EX02_IMAGE_SIZE = "resnet50", 224
 EX02_GLOBAL_BATCH, EX02_CARDS, EX02_CAPACITY_GB = 2048, 8, 16   # 256 images per card, 16 GiB cards
@@ -66,11 +66,8 @@ def check_02_micro_memory(answer, run=None) -> bool:
     right within 5 % of the ranks' median."""
     todo = (f"run the code cell again with the config line %%ranks ch.code_cfg.replace(micro_batch={EX02_MICRO}, "
             "accumulation_steps=...) (micro-batch x K = the per-rank batch)")
-    returns, verdict = cell_returns(run, EX02_MEMORY_KEYS, todo)
+    returns, _tree, verdict = cell_run(run, EX02_MEMORY_KEYS, todo)    # the cell that made it is readable too
     if returns is None:
-        return verdict
-    tree, verdict = cell_tree(run)         # the cell that made the run is there to read
-    if tree is None:
         return verdict
     micro = {str(v[EX02_MEMORY_KEYS[0]]).split(" x ")[0] for v in returns.values()}
     if micro != {str(EX02_MICRO)}:

@@ -7,8 +7,7 @@ import ast
 
 import numpy as np
 
-from helpers.exercises.common import (RUN_NAME, as_int, cell_returns, cell_tree, checker, read_count, say,
-                                      tuple_error)
+from helpers.exercises.common import RUN_NAME, as_int, cell_run, checker, read_count, say, tuple_error
 
 EX03_FEATURES, EX03_CLASSES = 2048, 100_000   # ResNet-50's 2048 features, a 100k-class classifier
 EX03_DP, EX03_MP = 2, 4                       # 2 data-parallel groups x 4 model-parallel ranks
@@ -138,7 +137,7 @@ def _factor_hint(answer, want: int, ratio: float, returns: dict) -> str | None:
 def _ratios(run, todo: str):
     """``(each rank's EX03_RATIO_KEY, returns, None)`` from a CPU run of the edited cell, else ``(None, None,
     verdict)`` once the reason is said."""
-    returns, verdict = cell_returns(run, ("model shard", "data shard"), todo)
+    returns, tree, verdict = cell_run(run, ("model shard", "data shard"), todo)
     if returns is None:
         return None, None, verdict
     if not all(EX03_RATIO_KEY in v for v in returns.values()):
@@ -148,9 +147,6 @@ def _ratios(run, todo: str):
     if device != "CPU":
         return None, None, say(None, f"{RUN_NAME} ran on {device}: the CPU branch (and its / mp) runs only with "
                                      "device_target CPU; on cards MindSpore splits the layer itself")
-    tree, verdict = cell_tree(run)
-    if tree is None:
-        return None, None, verdict
     if _divides_by_mp(tree):
         return None, None, say(None, f"the cell that made {RUN_NAME} still divides the loss by mp in the CPU "
                                      f"forward: {todo}, then answer")

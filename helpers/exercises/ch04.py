@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from helpers.exercises.common import RUN_NAME, as_int, cell_returns, cell_tree, checker, kind_of, read_count, say
+from helpers.exercises.common import RUN_NAME, as_int, cell_run, checker, kind_of, read_count, say
 
 EX04_GRAD_KB = [64, 64, 256, 256, 512, 512, 1024, 1024, 2048, 2048]   # gradient tensors, in order
 EX04_BUCKET_KB = 1024                                                 # a bucket closes at >= 1 MB
@@ -136,11 +136,8 @@ def _cell_fusion(tree: ast.AST):
 def _unfused_calls(run, todo: str):
     """``(AllReduce calls per step, None)`` from a run of the cell with ``fusion = {}``; else ``(None, verdict)``
     once the reason is said."""
-    returns, verdict = cell_returns(run, (EX04_CALLS_KEY,), todo)
+    returns, tree, verdict = cell_run(run, (EX04_CALLS_KEY,), todo)
     if returns is None:
-        return None, verdict
-    tree, verdict = cell_tree(run)
-    if tree is None:
         return None, verdict
     counts = [as_int(v[EX04_CALLS_KEY]) for v in returns.values()]
     if None in counts or len(set(counts)) != 1:

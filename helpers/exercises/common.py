@@ -110,3 +110,13 @@ def cell_tree(run):
     except (OSError, SyntaxError, ValueError) as exc:
         return None, say(False, f"the source of the cell that made {RUN_NAME} is not readable ({path}: "
                                 f"{type(exc).__name__}); run the chapter's code cell again")
+
+
+def cell_run(run, keys: tuple[str, ...], todo: str):
+    """``(returns, tree, None)``: a ``%%ranks`` cell's run read whole (``cell_returns``, then ``cell_tree``); else
+    ``(None, None, verdict)`` once the reason is said."""
+    returns, verdict = cell_returns(run, keys, todo)
+    if returns is None:
+        return None, None, verdict
+    tree, verdict = cell_tree(run)
+    return (returns, tree, None) if tree is not None else (None, None, verdict)
