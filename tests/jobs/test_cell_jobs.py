@@ -1,9 +1,7 @@
 """Notebook cells run on every rank (``helpers.cells.run_cell``) as real msrun jobs: a result per rank, and
 the faults (a raising, hung, interrupted or orphaned cell, bad syntax, no memory) named, nothing left."""
 
-import _thread
 import re
-import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +18,7 @@ from helpers.core.errors import JobFailed
 from helpers.core.metrics import read_records
 from helpers.job import host_memory as hm
 from helpers.job.stall import STEP_FACTOR
-from tests.job_marks import left, marker  # noqa: F401 (marker is a fixture)
+from tests.job_marks import interrupted_once, kill_launcher_when, left, marker  # noqa: F401 (marker: a fixture)
 
 pytestmark = pytest.mark.jobs
 
@@ -200,31 +198,12 @@ def test_an_endless_loop_on_rank_1_is_a_hang_named_at_its_cell_line(ci_config, t
 
 def test_interrupting_a_cell_ends_its_job_and_is_not_a_success(ci_config, tmp_path, marker):
     """Stop (SIGINT in the kernel) on a running cell: JobFailed 'interrupted' and no process left."""
-    # the timeout only bounds what a lost interrupt costs (it would fail the kind assertion below anyway)
     cfg = small(ci_config)
-    metrics = []
-
-    def interrupt_after_first_step():
-        try:   # whatever happens while watching, the interrupt is sent (else the job runs to its timeout)
-            deadline = time.time() + 240
-            while time.time() < deadline:
-                if steps_of(tmp_path, 0):
-                    metrics.append(time.time())
-                    break
-                time.sleep(0.5)
-        finally:
-            _thread.interrupt_main(signal.SIGINT)
-
-    # what a notebook user's interrupt raises, whatever handler an earlier test left in this process
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        threading.Thread(target=interrupt_after_first_step, daemon=True).start()
+    with interrupted_once(lambda: bool(steps_of(tmp_path, 0))) as sent:
         with pytest.raises(JobFailed) as info:
             run_cell(ENDLESS_CELL, cfg, {}, magic_line=MAGIC, progress="text", run_root=tmp_path)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert metrics, "the cell was running when interrupted"
-    took = time.time() - metrics[0]
+    assert sent, "the cell was running when interrupted"
+    took = time.time() - sent[0]
     print(f"interrupted cell ended {took:.1f} s after the interrupt was sent")
     assert info.value.kind == "interrupted"
     assert took < 30, "the launcher's stop: SIGINT to msrun, its 8 s grace, then SIGKILL to the rest"
@@ -244,20 +223,7 @@ def test_a_killed_kernel_takes_its_cells_job_with_it_within_10_s(standin, tmp_pa
     """A kernel killed while its cell runs on the ranks: every process of the job gone within 10 s."""
     kernel = subprocess.Popen([sys.executable, "-c", KERNEL, str(tmp_path), ENDLESS_CELL],
                               cwd=Path(__file__).parents[2])
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and not steps_of(tmp_path, 0):
-            time.sleep(0.2)
-        assert steps_of(tmp_path, 0), "the cell never reported"
-        assert len(left(marker)) >= 1 + 4
-        kernel.kill()                           # a crashed kernel, or papermill's death
-        kernel.wait()
-        died = time.time()
-        while left(marker) and time.time() - died < 30:
-            time.sleep(0.2)
-        gone_after = time.time() - died
-    finally:
-        kernel.kill()
+    gone_after = kill_launcher_when(kernel, lambda: bool(steps_of(tmp_path, 0)), marker)
     print(f"every process of the cell's job gone {gone_after:.1f} s after the kernel's death")
     assert not left(marker), f"{len(left(marker))} processes outlived the kernel by 30 s"
     assert gone_after < 10, f"the job outlived its kernel by {gone_after:.1f} s"

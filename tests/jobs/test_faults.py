@@ -21,7 +21,7 @@ from helpers.job.processes import end_orphan_job
 from helpers.job.launch import run_job
 from helpers.job.stall import STEP_FACTOR
 from helpers.core.metrics import read_records
-from tests.job_marks import left, marker  # noqa: F401 (marker is a fixture)
+from tests.job_marks import kill_launcher_when, left, marker  # noqa: F401 (marker is a fixture)
 
 pytestmark = pytest.mark.jobs
 
@@ -220,20 +220,9 @@ run_job(cfg, progress="none", run_root=sys.argv[1])
 
 def test_a_dead_launcher_takes_its_job_with_it_within_10_s(standin, tmp_path, marker):
     launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(tmp_path)], cwd=Path(__file__).parents[2])
-    try:
-        deadline = time.time() + 240
-        while time.time() < deadline and not steps_of(tmp_path, 0):
-            time.sleep(0.2)
-        assert steps_of(tmp_path, 0), "the job never trained"
-        assert len(left(marker)) >= 1 + 4
-        launcher.kill()                         # what a crashed kernel or papermill's death does to the launcher
-        launcher.wait()
-        died = time.time()
-        while left(marker) and time.time() - died < 30:
-            time.sleep(0.2)
-        gone_after = time.time() - died
-    finally:
-        launcher.kill()
+    # what a crashed kernel or papermill's death does to the launcher, once the job trains on its 4 ranks
+    gone_after = kill_launcher_when(launcher, lambda: bool(steps_of(tmp_path, 0)) and len(left(marker)) >= 1 + 4,
+                                    marker)
     print(f"every process of the job gone {gone_after:.1f} s after the launcher's death")
     assert not left(marker), f"{len(left(marker))} processes outlived the launcher by 30 s"
     assert gone_after < 10, f"the job outlived its launcher by {gone_after:.1f} s"

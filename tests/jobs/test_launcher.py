@@ -5,10 +5,7 @@ every rank's environment; ``helpers.job.processes.processes_with_env`` finds the
 (what ``helpers.job.launch`` ends a job by, see its module docstring).
 """
 
-import _thread
 import json
-import signal
-import threading
 import time
 from pathlib import Path
 
@@ -19,6 +16,7 @@ from helpers.job.processes import processes_with_env
 from helpers.job.launch import run_job
 from helpers.core.metrics import metrics_path, read_records
 from helpers.train.shared_compile import LOADED_LOG
+from tests.job_marks import interrupted_once
 
 pytestmark = pytest.mark.jobs
 
@@ -82,28 +80,14 @@ def test_timeout_ends_the_job(ci_config, tmp_path):
 def test_interrupt_ends_the_job_and_is_not_a_success(ci_config, tmp_path):
     # the timeout only bounds what a lost interrupt costs (it would fail the kind assertion below anyway)
     cfg = ci_config.replace(steps=100_000, world_size=4, global_batch=32, timeout_s=300.0)
-    metrics = []
 
-    def interrupt_after_first_step():
-        try:   # whatever happens while watching, the interrupt is sent (else the job runs to its timeout)
-            deadline = time.time() + 240
-            while time.time() < deadline:
-                if list(tmp_path.glob("*/*/metrics/rank_0.jsonl")) and any(
-                        r["event"] == "step" for r in read_records(next(tmp_path.glob("*/*/metrics/rank_0.jsonl")))):
-                    metrics.append(True)
-                    break
-                time.sleep(0.5)
-        finally:
-            _thread.interrupt_main(signal.SIGINT)
+    def training():
+        files = list(tmp_path.glob("*/*/metrics/rank_0.jsonl"))
+        return bool(files) and any(r["event"] == "step" for r in read_records(files[0]))
 
-    # what a notebook user's interrupt raises, whatever handler an earlier test left in this process
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        threading.Thread(target=interrupt_after_first_step, daemon=True).start()
+    with interrupted_once(training) as sent:
         with pytest.raises(JobFailed) as info:
             run_job(cfg, progress="text", run_root=tmp_path)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    assert metrics, "the job was training when interrupted"
+    assert sent, "the job was training when interrupted"
     assert info.value.kind == "interrupted"
     assert not processes_with_port(port_of(only_run_dir(tmp_path)))
