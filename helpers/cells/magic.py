@@ -87,7 +87,7 @@ def returns_table(result, out: str) -> str:
     values = result.returns
     keys = list(next(iter(values.values()))) if values and all(isinstance(v, dict) for v in values.values()) else []
     if keys and all(list(v) == keys for v in values.values()):
-        head = "| rank | " + " | ".join(keys) + " |\n|---|" + "---|" * len(keys)
+        head = "| rank | " + " | ".join(map(cell_text_of, keys)) + " |\n|---|" + "---|" * len(keys)
         rows = [f"| {r} | " + " | ".join(cell_text_of(v[k]) for k in keys) + " |" for r, v in values.items()]
     else:
         head = "| rank | result |\n|---|---|"

@@ -56,7 +56,8 @@ class FakeRun:
 
 
 def returns_00(sums) -> dict:
-    return {r: {"rank": r, "of": len(sums), "last loss": 2.3, "sum of weights": s} for r, s in enumerate(sums)}
+    return {r: {"get_rank()": r, "get_group_size()": len(sums), "last loss": 2.3, "sum of weights": s}
+            for r, s in enumerate(sums)}
 
 
 def returns_01(counts) -> dict:

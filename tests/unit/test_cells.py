@@ -115,6 +115,8 @@ def test_the_returns_table_lists_each_rank_with_a_column_per_key():
     text = returns_table(Result(), "first")
     assert "`first.returns`" in text and "| rank | a | w |" in text
     assert "| 0 | 1 | 616.118225 |" in text and "| 1 | 2 | [1, 2] |" in text
+    Result.returns = {0: {"max |g|": 1.0}}
+    assert "| rank | max \\|g\\| |" in returns_table(Result(), "x"), "a | in a key would split the column"
     Result.returns = {0: 5, 1: {"a": 1}}
     assert "| rank | result |" in returns_table(Result(), "x") and "| 1 | {'a': 1} |" in returns_table(Result(), "x")
 
