@@ -41,6 +41,16 @@ def course_rows(rows: Rows) -> None:
                      "", "course_time", f"{n} jobs x {floor:.1f} s (run_job of task noop: msrun, scheduler, 8 processes "
                      f"importing MindSpore, init(), exit; median of {len(get_in(d, preset, 'noop_job', 'seconds') or [])}), "
                      f"{n * floor / t:.0%} of the course", unit="s", load=load)
+    before = d.get("ci_before_cells") or {}
+    if before.get("total_s") and get_in(d, "ci", "total_s"):
+        cells = [j["total_s"] for j in get_in(d, "ci", "jobs", "jobs") or [] if j["name"].endswith("-code")
+                 or j["name"].endswith("code-on-ranks")]
+        rows.add("whole course ci with the chapters' %%ranks cells / without them (same machine, cold cache)",
+                 get_in(d, "ci", "total_s") / before["total_s"], "", "course_time",
+                 f"{get_in(d, 'ci', 'total_s'):.0f} s against {before['total_s']:.0f} s for {before['commit']}, run "
+                 f"just before on the same machine (empty 8-rank job {get_in(d, 'ci', 'noop_job', 'median_s'):.1f} s "
+                 f"against {before['noop_job']['median_s']:.1f} s); the {len(cells)} cell jobs took "
+                 f"{sum(cells):.0f} s", load=_load(before))
     ci_rows(rows)
 
 

@@ -32,15 +32,28 @@ def exit_record_path(run_dir: Path, who: str) -> Path:
 
 
 def process_start(pid: int) -> float:
-    """A process's start time (seconds since the epoch), to tell it from a later process with the same pid."""
+    """A process's start, to tell it from a later process with the same pid: on Linux seconds after boot from
+    ``/proc/<pid>/stat`` (a wall-clock step cannot move it; psutil's ``create_time`` adds the boot time each
+    process read at its own import, and a course run whose clock was stepped saw its live kernels as gone), else
+    psutil's ``create_time``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()     # after "pid (comm)": state is field 3, starttime 22
+        return int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except FileNotFoundError:
+        if os.path.isdir("/proc/self"):
+            raise psutil.NoSuchProcess(pid) from None
+    except (OSError, IndexError, ValueError):
+        pass
     return psutil.Process(pid).create_time()
 
 
 def launcher_alive(pid: int, start: float) -> bool:
-    """True while process ``pid``, started at ``start``, runs (a reused pid or a zombie does not count)."""
+    """True while process ``pid``, started at ``start`` (``process_start``), runs (a reused pid or a zombie does not
+    count)."""
     try:
         proc = psutil.Process(pid)
-        return abs(proc.create_time() - start) < 1.0 and proc.status() != psutil.STATUS_ZOMBIE
+        return abs(process_start(pid) - start) < 0.5 and proc.status() != psutil.STATUS_ZOMBIE
     except psutil.NoSuchProcess:
         return False
 

@@ -42,3 +42,14 @@ def test_the_guard_ends_its_worker_when_the_launcher_is_gone(tmp_path):
 def test_sigkill_is_reported_with_the_oom_killer_hint():
     kind, text = exit_text({"signal": "SIGKILL", "returncode": -9, "reason": "exited"})
     assert kind == "killed" and "out-of-memory killer" in text and "dmesg" in text
+
+
+def test_a_process_start_is_read_after_boot_so_a_clock_step_cannot_move_it():
+    """Linux: seconds after boot from /proc (what a wall-clock step leaves alone), the same in every process."""
+    uptime = float(open("/proc/uptime").read().split()[0])
+    here = process_start(os.getpid())
+    assert 0 <= here <= uptime
+    seen = subprocess.run([sys.executable, "-c", f"from helpers.job.rank_guard import process_start; "
+                                              f"print(process_start({os.getpid()}))"],
+                          capture_output=True, text=True, check=True).stdout
+    assert float(seen) == here
