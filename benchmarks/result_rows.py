@@ -48,7 +48,7 @@ def course_rows(rows: Rows) -> None:
         rows.add("whole course ci with the chapters' %%ranks cells / without them (same machine, cold cache)",
                  get_in(d, "ci", "total_s") / before["total_s"], "", "course_time",
                  f"{get_in(d, 'ci', 'total_s'):.0f} s against {before['total_s']:.0f} s for {before['commit']}, run "
-                 f"just before on the same machine (empty 8-rank job {get_in(d, 'ci', 'noop_job', 'median_s'):.1f} s "
+                 f"the same day on the same machine (empty 8-rank job {get_in(d, 'ci', 'noop_job', 'median_s'):.1f} s "
                  f"against {before['noop_job']['median_s']:.1f} s); the {len(cells)} cell jobs took "
                  f"{sum(cells):.0f} s", load=_load(before))
     ci_rows(rows)
