@@ -1,7 +1,8 @@
 """What msrun runs on every rank for a cell: ``python -m helpers.cells.rank_main cell.py [cfg name...] config.json``.
 
 It opens the rank's records, starts its heartbeat, loads the notebook values the cell reads, then runs the cell
-as the module ``course_cell`` from its file, on the device, threads and card settings of the config (so ``inspect`` finds the source MindSpore's GRAPH mode parses).
+as the module ``course_cell`` from its file (so ``inspect`` finds the source MindSpore's GRAPH mode parses), on the
+device, threads and card settings of the config.
 An error becomes the rank's failure record naming the cell's line, and only the cell's frames are shown; the
 cell's ``finish(value)`` goes into the rank's summary. msrun's scheduler runs the cell too and stays in ``init()``.
 """
@@ -89,7 +90,7 @@ def main(argv=None) -> int:
         print(tb, file=sys.stderr, flush=True)
         return 1
     reporting.started()
-    out.write("summary", result=reporting.result(), finished=reporting._state["finished"])
+    out.write("summary", **reporting.summary())
     out.close()
     leave_together(int(os.environ.get("RANK_SIZE", cfg.world_size)))
     return 0

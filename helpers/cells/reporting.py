@@ -68,3 +68,8 @@ def finish(value=None) -> None:
 def result():
     """What ``finish`` kept on this rank (None when it was not called)."""
     return _state["result"]
+
+
+def summary() -> dict:
+    """The rank's summary fields: its ``finish`` value and whether ``finish`` was called."""
+    return {"result": _state["result"], "finished": _state["finished"]}
