@@ -16,8 +16,8 @@ _state: dict = {"out": None, "last": None, "result": None, "finished": False, "s
 
 def attach(out, **start) -> None:
     """Used by ``helpers.cells.rank_main``: send this rank's records to the ``MetricsWriter`` ``out``; its ``start``
-    record (``start`` fields) is written with the first record of the cell, which comes after the cell's ``init()``:
-    the launcher's watch reads a first record as "init() has returned" (``helpers.job.stall``)."""
+    record (``start`` fields) is written when the cell's ``init()`` returns (``started``), or else with its first
+    record: the launcher's watch reads a first record as "init() has returned" (``helpers.job.stall``)."""
     _state.update(out=out, last=time.perf_counter(), result=None, finished=False, start=start)
 
 

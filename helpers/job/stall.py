@@ -67,9 +67,11 @@ def quiet_before_first_step(progress: dict[int, RankProgress], idle_since: dict[
     """The ranks still before their first step once every one of them has been idle for ``quiet_s``.
 
     Before its first step a rank may wait in a collective only for a peer that is itself still getting there
-    (compiling, loading data), and that peer's CPU moves; when none moves, none will. Judged only once a rank
-    has left ``init()`` (its first record) and every such rank is observed (a remote node's are not)."""
-    if not any(p.event is not None for p in progress.values()):
+    (compiling, loading data), and that peer's CPU moves; when none moves, none will. Judged only once every
+    rank has left ``init()`` (its first record): one still in it sleeps between attempts to register with msrun's
+    scheduler (seen for 40 s on 2 cores, its peers idle past it meanwhile). Every rank must also be observed
+    (a remote node's are not)."""
+    if any(p.event is None for p in progress.values()):
         return []
     before = [r for r, p in sorted(progress.items()) if p.event in BEFORE_FIRST_STEP]
     if not before or any(r not in idle_since for r in before):

@@ -60,14 +60,22 @@ class Heartbeat:
             except OSError:
                 pass
 
+    def start(self) -> None:
+        """Write the first beat and start the thread (again: nothing)."""
+        if self._thread.ident is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.beat()
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
     def __enter__(self) -> "Heartbeat":
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.beat()
-        self._thread.start()
+        self.start()
         return self
 
     def __exit__(self, *exc) -> bool:
-        self._stop.set()
+        self.stop()
         return False
 
 

@@ -125,3 +125,25 @@ def test_values_file_is_a_pickle_of_values_and_modules():
     program = cell_program("%%ranks cfg", "x = k\n", {"k": 1}, {"cfg"})
     packed = pickle.loads(program.files()[VALUES_FILE])
     assert pickle.loads(packed["values"]["k"]) == 1 and packed["modules"] == {}
+
+
+def test_the_heartbeat_and_start_record_begin_when_the_cells_init_returns(tmp_path, monkeypatch):
+    """A Python thread alive during init() slowed msrun's registration 4-8x: the runner starts the heartbeat from
+    a wrapper of ``mindspore.communication.init``, which the cell's own ``from ... import init`` then gets."""
+    from mindspore import communication
+    from mindspore.communication import management
+
+    from helpers.cells.rank_main import after_init
+    from helpers.train.heartbeat import Heartbeat, beat_path
+
+    calls = []
+    monkeypatch.setattr(management, "init", lambda *a, **k: calls.append(a) or "joined")
+    monkeypatch.setattr(communication, "init", management.init)
+    beat = Heartbeat(tmp_path, 3, every_s=60)
+    after_init(beat.start)
+    assert not beat_path(tmp_path, 3).exists(), "no beat before init() returns"
+    from mindspore.communication import init
+    assert init("mccl") == "joined" and calls == [("mccl",)]
+    assert beat_path(tmp_path, 3).exists()
+    init()                                  # a second init() does not start a second thread
+    beat.stop()

@@ -127,6 +127,10 @@ def test_before_the_first_step_the_job_is_stuck_only_when_every_rank_still_there
 
 def test_the_idle_rule_waits_for_init_and_for_every_rank_to_be_observed():
     assert quiet_before_first_step(progress_at({0: None, 1: None}), {0: 0.0, 1: 0.0}, 500.0) == [], "still in init()"
+    # Seen with an 8-rank cell job: three ranks through init() finished and waited in leave_together while five
+    # slept between attempts to register with msrun's scheduler, all idle, for 40 s; then they came out.
+    progress = progress_at({r: "summary" if r in (0, 2, 6) else None for r in range(8)})
+    assert quiet_before_first_step(progress, dict.fromkeys(range(8), 0.0), 500.0) == [], "five ranks still in init()"
     progress = progress_at({0: "ready", 1: "ready"})
     assert quiet_before_first_step(progress, {0: 0.0}, 500.0) == [], "rank 1 on another node: no CPU reading"
 
