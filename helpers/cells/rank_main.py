@@ -20,9 +20,11 @@ from pathlib import Path
 
 from helpers.cells import reporting
 from helpers.cells.program import MODULE_NAME, VALUES_FILE
+from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind
 from helpers.core.metrics import MetricsWriter
+from helpers.train.card_runtime import ascend_soc
 from helpers.train.worker import leave_together, setup_runtime
 
 
@@ -87,7 +89,7 @@ def main(argv=None) -> int:
     run_dir = cfg_path.parent
     cell_file = run_dir / argv[0]
     cfg = JobConfig.load(cfg_path)
-    setup_runtime(cfg)      # the launcher's part: cfg's device, its threads per rank, a card's float32 settings
+    applied = setup_runtime(cfg)    # the launcher's part: cfg's device, its threads per rank, a card's settings
     if os.environ.get("MS_ROLE") == "MS_SCHED":
         from mindspore.communication import init
 
@@ -98,8 +100,9 @@ def main(argv=None) -> int:
 
     rank = int(os.environ.get("RANK_ID", "0"))
     out = MetricsWriter(run_dir, rank)
+    card = card_record(cfg.device_target, applied, ascend_soc() if cfg.device_target == "Ascend" else "")
     reporting.attach(out, pid=os.getpid(), world=int(os.environ.get("RANK_SIZE", cfg.world_size)),
-                     host=os.uname().nodename)
+                     host=os.uname().nodename, **card)
     heartbeat = Heartbeat(run_dir, rank, ours=(str(cell_file),))
     after_init(lambda: (reporting.started(), heartbeat.start()))    # the watch reads a start record as "joined"
     try:
@@ -115,7 +118,7 @@ def main(argv=None) -> int:
         print(tb, file=sys.stderr, flush=True)
         return 1
     reporting.started()
-    out.write("summary", **reporting.summary())
+    out.write("summary", **card, **reporting.summary())   # chip, precision mode, deterministic, as the worker
     out.close()
     leave_together(int(os.environ.get("RANK_SIZE", cfg.world_size)))
     return 0

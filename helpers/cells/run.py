@@ -8,7 +8,7 @@ a ``@ms.jit`` train step loaded from it returned NaN losses and left the weights
 
 from __future__ import annotations
 
-from helpers.cells.program import CELL_FILE, cell_program
+from helpers.cells.program import CELL_FILE, VALUES_FILE, cell_program
 from helpers.core.config import JobConfig
 from helpers.core.paths import resolve
 from helpers.job.launch import JobResult, run_job
@@ -17,12 +17,24 @@ RANK_MAIN = ("-m", "helpers.cells.rank_main")
 CONFIG_NAME = "cfg"          # what the cell calls the job's config
 
 
+def cell_config(cfg: JobConfig) -> JobConfig:
+    """``cfg`` as a cell's job runs it: no compile cache, the data folder absolute (the ranks run in their run
+    folder)."""
+    return cfg.replace(compile_cache=False, data_dir=str(resolve(cfg.data_dir)))
+
+
+def cell_job(result: JobResult) -> dict:
+    """``run_job`` arguments that launch the cell program of the earlier cell job ``result`` again (its file and
+    notebook values), e.g. on two nodes or through Slurm: ``run_job(cell_config(cfg), **cell_job(result))``."""
+    files = {name: (result.run_dir / name).read_bytes() for name in (CELL_FILE, VALUES_FILE)}
+    return dict(worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)
+
+
 def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ranks", progress: str = "auto",
              run_root="runs") -> JobResult:
     """Run ``body`` (a cell's code) on ``cfg``'s ranks, where ``cfg`` is the job's config; every other name the
     cell reads from the notebook is sent by value. Raises ``CellError`` before launch, ``JobFailed``
     after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
     program = cell_program(magic_line, body, namespace, provided={CONFIG_NAME})
-    cfg = cfg.replace(compile_cache=False, data_dir=str(resolve(cfg.data_dir)))   # the ranks run in their run folder
-    return run_job(cfg, progress=progress, run_root=run_root,
+    return run_job(cell_config(cfg), progress=progress, run_root=run_root,
                    worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=program.files())

@@ -1,5 +1,6 @@
 """Chapter 00's steps (notebooks/00_environment_setup.ipynb): the pre-flight table, the convolution choice, the
-first job's summary and checksums, the 2-node comparison, the errata checks and the values the chapter records.
+code cell's job summary and checksums, the same cell on 2 nodes and through Slurm, the errata checks and the values
+the chapter records.
 
 Each ``show_*`` displays one notebook output; the pure parts it shows (rows, sentences) are separate functions.
 """
@@ -8,7 +9,10 @@ from __future__ import annotations
 
 import inspect
 
-from helpers.conclusions.ch00 import conv_benchmark, seed_api_facts, two_node_comparison
+from helpers.cells.run import CONFIG_NAME, RANK_MAIN, cell_config, cell_job
+from helpers.cells.program import CELL_FILE
+from helpers.conclusions.ch00 import (WEIGHTS_SHA256, WEIGHTS_SUM, conv_benchmark, seed_api_facts,
+                                      two_node_comparison)
 from helpers.core.card_settings import NOT_APPLICABLE
 from helpers.core.config import config_table
 from helpers.core.rehearsal import stand_in_rows
@@ -76,8 +80,9 @@ def choose_conv_impl(cfg):
 
 # ---------------------------------------------------------------- 2. the first 8-rank job
 def msrun_command_line(cfg) -> str:
-    """The msrun command the launcher runs for ``cfg`` (a fixed port and placeholder paths, for reading)."""
-    return " ".join(msrun_command(cfg.replace(master_port=12345), "runs/00/<run>/config.json", "runs/00/<run>/logs"))
+    """The msrun command the launcher runs for a code cell on ``cfg`` (a fixed port and placeholder paths)."""
+    return " ".join(msrun_command(cfg.replace(master_port=12345), "runs/00/<run>/config.json", "runs/00/<run>/logs",
+                                  worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME)))
 
 
 def steps_applied(result) -> int:
@@ -123,13 +128,19 @@ def show_job_summary(cfg, result) -> None:
 # ---------------------------------------------------------------- 3. were the gradients averaged?
 def distinct_first_batches(result) -> int:
     """How many different class mixes the ranks' first batches had (each rank reads its own shard)."""
-    return len({tuple(map(tuple, result.steps[r][0]["class_counts"])) for r in result.ranks})
+    return len({tuple(sorted(result.steps[r][0]["labels"])) for r in result.ranks})
+
+
+def weights_identical(result) -> bool:
+    """Whether every rank of the code cell's job finished with the same sha256 of its weights."""
+    sums = {(v or {}).get(WEIGHTS_SHA256) for v in result.returns.values()}
+    return len(sums) == 1 and None not in sums
 
 
 def checksum_rows(result) -> list[tuple]:
-    """Per rank: first loss, parameter checksum and sum, to show the ranks hold the same weights."""
-    return [(r, f"{result.steps[r][0]['loss']:.4f}", result.summaries[r]["checksum"][:16],
-             f"{result.summaries[r]['param_sum']:.6f}") for r in result.ranks]
+    """Per rank: first loss, the weights' sha256 and sum, to show the ranks hold the same weights."""
+    return [(r, f"{result.steps[r][0]['loss']:.4f}", result.returns[r][WEIGHTS_SHA256][:16],
+             f"{result.returns[r][WEIGHTS_SUM]:.6f}") for r in result.ranks]
 
 
 def show_rank_checksums(result) -> None:
@@ -150,7 +161,7 @@ def two_node_skip_reason(run_multinode: bool, cfg, **checks) -> str:
 def two_node_rows(result, multi, cmp: dict) -> list[tuple]:
     """Per step the largest loss difference over the ranks between the layouts, then the final checksums."""
     return ([(i + 1, f"{d:.1e}") for i, d in enumerate(cmp["loss_diff_per_step"])]
-            + [("final sha256", f"{result.summaries[0]['checksum'][:16]} vs {multi.summaries[0]['checksum'][:16]}")])
+            + [("final sha256", f"{result.returns[0][WEIGHTS_SHA256][:16]} vs {multi.returns[0][WEIGHTS_SHA256][:16]}")])
 
 
 def show_two_node_comparison(cfg, result, multi, skipped: str) -> dict:
@@ -173,24 +184,32 @@ def slurm_config(cfg, nodes: int = 2):
     return cfg.replace(name="slurm", launcher="slurm", slurm={**cfg.slurm, "nodes": nodes})
 
 
+def run_two_nodes(cfg, result, progress: str = "auto"):
+    """The code cell of ``result`` again, as 2 nodes x ``world_size/2`` workers (``helpers.job.multinode``)."""
+    from helpers.job.multinode import run_two_node_job
+
+    return run_two_node_job(cell_config(cfg).replace(name="two-nodes"), progress=progress, **cell_job(result))
+
+
 def show_on_a_cluster(cfg, result, progress: str = "auto"):
-    """Run the job through Slurm as 2 nodes x 4 ranks and compare it with the local job; without a reachable
-    controller, print the batch script it would submit. Returns the Slurm job's result, or None."""
+    """Run the code cell of ``result`` through Slurm as 2 nodes x 4 ranks and compare it with the local job;
+    without a reachable controller, print the batch script it would submit. Returns the Slurm job's result, or
+    None."""
     from helpers.core.paths import resolve
     from helpers.job.launch import run_job
     from helpers.job.launchers.slurm import script_preview
     from helpers.job.slurm_queue import slurm_unreachable
 
-    scfg = slurm_config(cfg)
+    scfg = slurm_config(cell_config(cfg))
     reason = slurm_unreachable()
     if reason:
         show_md(f"**No Slurm cluster here** ({reason}). `run_job` would submit this batch script with "
                 "`sbatch --parsable` (`<token>` is a fresh random value per job). Point the notebook at a cluster "
                 "with `launcher=\"slurm\", slurm={\"nodes\": 2, \"partition\": \"<yours>\"}` in the parameters cell, "
                 "or `export COURSE_LAUNCHER=slurm COURSE_SLURM='{\"nodes\": 2}'` before starting Jupyter.")
-        print(script_preview(scfg, resolve(f"runs/{cfg.chapter}/<stamp>-slurm")))
+        print(script_preview(scfg, resolve(f"runs/{cfg.chapter}/<stamp>-slurm"), worker=cell_job(result)["worker"]))
         return None
-    multi = run_job(scfg, progress=progress)
+    multi = run_job(scfg, progress=progress, **cell_job(result))
     show_two_node_comparison(cfg, result, multi, "")
     return multi
 
@@ -228,11 +247,11 @@ def recorded_values(preset: str, rehearse: bool, cfg, result, *, conv_times: dic
         rehearsal=rehearse,
         world_size=len(result.ranks),
         steps=cfg.steps,
-        ranks_finished=sum(1 for r in result.ranks if result.summaries[r].get("steps") == cfg.steps),
-        weights_identical=result.weights_identical,
+        ranks_finished=sum(1 for r in result.ranks if len(result.steps.get(r, [])) == cfg.steps),
+        weights_identical=weights_identical(result),
         distinct_first_batches=distinct_first_batches(result),
         multinode_world_size=len(multi.ranks) if multi else 0,
-        multinode_weights_identical=bool(multi and multi.weights_identical),
+        multinode_weights_identical=bool(multi and weights_identical(multi)),
         multinode_skipped=multinode_skipped,
         multinode_vs_single=two_node,
         job_wall_s=result.wall_s,

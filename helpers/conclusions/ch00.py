@@ -22,20 +22,24 @@ TWO_NODE_INTRO = ("the same job as **2 nodes x 4 workers** and how that maps to 
 
 
 # ----------------------------------------------------------------------------------------- figures
-def two_node_comparison(single, multi) -> dict:
-    """The 2-node job (``multi``) against the single-node one, rank by rank (both ``JobResult``).
+WEIGHTS_SHA256, WEIGHTS_SUM = "sha256 of weights", "sum of weights"   # what chapter 00's code cell finishes with
 
-    ``same_data``: every rank read the same classes at every step in both jobs (same sharding, same order);
+
+def two_node_comparison(single, multi) -> dict:
+    """The 2-node run of chapter 00's code cell (``multi``) against the single-node one, rank by rank (both
+    ``JobResult``).
+
+    ``same_data``: every rank read the same labels at every step in both jobs (same sharding, same order);
     ``first_losses_equal``: step-1 losses bit-identical on every rank (same initial weights, same batch: the
     forward pass is local, no communication yet); ``first_divergent_step``: the first step (1-based) at which
-    any rank's loss differs, None if none does; ``same_checksum``: the final parameter sha256 is equal."""
+    any rank's loss differs, None if none does; ``same_checksum``: the final sha256 of the weights is equal."""
     ranks = single.ranks
-    same_data = all([rec["class_counts"] for rec in single.steps[r]] == [rec["class_counts"] for rec in multi.steps[r]]
+    same_data = all([rec["labels"] for rec in single.steps[r]] == [rec["labels"] for rec in multi.steps[r]]
                     for r in ranks)
     a, b = single.metric("loss"), multi.metric("loss")
     differs = np.any(a != b, axis=0) if a.shape == b.shape else np.ones(a.shape[1], dtype=bool)
     first = int(np.argmax(differs)) + 1 if differs.any() else None
-    s0, m0 = single.summaries[ranks[0]], multi.summaries[ranks[0]]
+    s0, m0 = single.returns[ranks[0]], multi.returns[ranks[0]]
     return {
         "same_data": bool(same_data),
         "first_losses_equal": bool(a.shape == b.shape and np.array_equal(a[:, 0], b[:, 0])),
@@ -43,8 +47,8 @@ def two_node_comparison(single, multi) -> dict:
         "loss_diff_at_divergence": float(np.abs(a[:, first - 1] - b[:, first - 1]).max()) if first else 0.0,
         "max_loss_diff": float(np.abs(a - b).max()) if a.shape == b.shape else float("nan"),
         "loss_diff_per_step": np.abs(a - b).max(axis=0).tolist() if a.shape == b.shape else [],
-        "same_checksum": s0["checksum"] == m0["checksum"],
-        "param_sum_rel_diff": abs(s0["param_sum"] - m0["param_sum"]) / max(abs(s0["param_sum"]), 1e-30),
+        "same_checksum": s0[WEIGHTS_SHA256] == m0[WEIGHTS_SHA256],
+        "param_sum_rel_diff": abs(s0[WEIGHTS_SUM] - m0[WEIGHTS_SUM]) / max(abs(s0[WEIGHTS_SUM]), 1e-30),
         "steps": int(a.shape[1]),
     }
 

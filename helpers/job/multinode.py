@@ -162,8 +162,9 @@ def two_node_network(tag: int | None = None):
         subprocess.run(["ip", "netns", "del", net.namespace], capture_output=True)
 
 
-def run_two_node_job(cfg, progress: str = "auto"):
-    """Run ``cfg`` (``world_size`` ranks) as 2 nodes x ``world_size/2`` workers; returns the JobResult."""
+def run_two_node_job(cfg, progress: str = "auto", **job):
+    """Run ``cfg`` (``world_size`` ranks) as 2 nodes x ``world_size/2`` workers; returns the JobResult. ``job``:
+    more ``run_job`` arguments (a cell's program: ``helpers.cells.run.cell_job``)."""
     from helpers.job.launch import run_job
 
     if cfg.world_size % 2:
@@ -177,4 +178,4 @@ def run_two_node_job(cfg, progress: str = "auto"):
         env = [node_env(cfg.device_target, 0, half, net.host_if, net.master_addr),
                node_env(cfg.device_target, 1, half, net.peer_if, net.node1_addr)]
         launches = [dict(node_rank=0, env=env[0]), dict(node_rank=1, prefix=net.node1_prefix, env=env[1])]
-        return run_job(cfg, progress=progress, launches=launches)
+        return run_job(cfg, progress=progress, launches=launches, **job)

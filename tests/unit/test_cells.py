@@ -147,3 +147,19 @@ def test_the_heartbeat_and_start_record_begin_when_the_cells_init_returns(tmp_pa
     assert beat_path(tmp_path, 3).exists()
     init()                                  # a second init() does not start a second thread
     beat.stop()
+
+
+def test_a_cell_job_can_be_launched_again_from_its_run_folder(tmp_path):
+    """``cell_job``: the same program (cell file and notebook values) for another launch, e.g. on two nodes."""
+    from helpers.cells.run import RANK_MAIN, cell_config, cell_job
+    from helpers.core.config import job_config
+    from helpers.job.launch import JobResult
+
+    (tmp_path / CELL_FILE).write_text("# %%ranks cfg\nx = 1\n")
+    (tmp_path / VALUES_FILE).write_bytes(b"values")
+    cfg = job_config("ci")
+    job = cell_job(JobResult(tmp_path, cfg, 0, 1.0))
+    assert job["worker"] == (*RANK_MAIN, CELL_FILE, "cfg")
+    assert job["files"] == {CELL_FILE: b"# %%ranks cfg\nx = 1\n", VALUES_FILE: b"values"}
+    again = cell_config(cfg)
+    assert again.compile_cache is False and again.data_dir.startswith("/")

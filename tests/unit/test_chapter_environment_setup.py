@@ -1,5 +1,5 @@
 """Chapter 00's steps without launching jobs: the pre-flight and stand-in tables, the convolution sentence, the
-first job's summary and checksum rows from (fake) job records, the 2-node comparison, the errata and the recorded
+code cell's job summary and checksum rows from (fake) job records, the 2-node comparison, the errata and the recorded
 values the claims read."""
 
 from pathlib import Path
@@ -9,7 +9,7 @@ import nbformat
 import pytest
 
 from helpers.chapters import environment_setup as chapter
-from helpers.conclusions.ch00 import TWO_NODE_INTRO, chapter00_claims
+from helpers.conclusions.ch00 import TWO_NODE_INTRO, WEIGHTS_SHA256, WEIGHTS_SUM, chapter00_claims
 from helpers.core.config import job_config
 from helpers.job.launch import JobResult
 from helpers.job.machine_checks import Check
@@ -25,14 +25,15 @@ def shown(monkeypatch):
 
 
 def fake_result(tmp_path, cfg, losses, checksum="ab" * 32, overflow=None, loss_scale=1024.0):
-    """A finished job's records: rank r's losses ``losses[r]``, its own first-batch class mix, one checksum."""
+    """The code cell's finished job: rank r's losses ``losses[r]`` and labels read (its own first-batch class
+    mix), every rank finishing with one checksum and sum of its weights."""
     steps = {}
     for r, row in enumerate(losses):
-        steps[r] = [{"loss": loss, "class_counts": [[r, 2], [r + 1, 1]]} for loss in row]
+        steps[r] = [{"loss": loss, "labels": [r + 1, r, r]} for loss in row]
         if overflow is not None:
             for rec, over in zip(steps[r], overflow):
                 rec.update(overflow=over, loss_scale=loss_scale)
-    summaries = {r: {"checksum": checksum, "param_sum": 12.5, "steps": len(losses[r])} for r in steps}
+    summaries = {r: {"result": {WEIGHTS_SHA256: checksum, WEIGHTS_SUM: 12.5}, "finished": True} for r in steps}
     return JobResult(tmp_path, cfg, 0, 7.25, steps, summaries)
 
 

@@ -7,7 +7,8 @@ import pytest
 
 from helpers.topics.shard_stats import per_class_spread
 from helpers.conclusions import as_records, failed
-from helpers.conclusions.ch00 import chapter00_claims, conv_benchmark, seed_api_facts, two_node_comparison
+from helpers.conclusions.ch00 import (WEIGHTS_SHA256, WEIGHTS_SUM, chapter00_claims, conv_benchmark, seed_api_facts,
+                                      two_node_comparison)
 from helpers.conclusions.ch01 import chapter01_claims
 from helpers.job.launch import JobResult
 from helpers.topics.seen_classes import batch_classes, rank_step_spread, slowest_data_wait_ms
@@ -116,12 +117,13 @@ class Job:
     """The parts of a JobResult that two_node_comparison reads."""
 
     def __init__(self, losses, counts, checksum="a", psum=1.0):
-        self.steps = {r: [{"loss": l, "class_counts": counts[r][i]} for i, l in enumerate(row)]
+        self.steps = {r: [{"loss": l, "labels": counts[r][i]} for i, l in enumerate(row)]
                       for r, row in enumerate(losses)}
-        self.summaries = {r: {"checksum": checksum, "param_sum": psum} for r in self.steps}
+        self.summaries = {r: {"result": {WEIGHTS_SHA256: checksum, WEIGHTS_SUM: psum}} for r in self.steps}
 
     ranks = property(lambda self: sorted(self.summaries))
     metric = JobResult.metric
+    returns = JobResult.returns
 
 
 def test_two_node_comparison_finds_the_first_divergent_step():

@@ -18,7 +18,7 @@ ALLOWED = {
     "job": {"core", "train"},
     "topics": {"core", "output", "train", "job"},
     "conclusions": {"core", "output", "topics"},
-    "chapters": {"core", "output", "train", "job", "topics", "conclusions"},
+    "chapters": {"core", "output", "train", "job", "topics", "conclusions", "cells"},
     "exercises": {"core", "train", "job", "topics"},
     "course": {"core"},
     "cells": {"core", "train", "job"},
