@@ -8,6 +8,7 @@ names the line the learner wrote.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import pickle
 import symtable
@@ -104,3 +105,19 @@ def cell_program(magic_line: str, body: str, namespace: dict, provided: set[str]
         raise CellError("the cell reads notebook values that cannot be sent to the ranks: "
                         + "; ".join(unpicklable) + ". Create them inside the cell instead; nothing was launched")
     return program
+
+
+def definitions(text: str, names: list[str]) -> str:
+    """A module of the cell ``text``'s imports and its classes/functions ``names``, as written there: the piece of
+    a cell an experiment job runs too (e.g. chapter 01's sampler), so there is one definition, the cell's."""
+    tree = ast.parse(text)
+    keep = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    defined = {n.name: n for n in tree.body if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    missing = [name for name in names if name not in defined]
+    if missing:
+        raise CellError(f"the code cell defines no {', '.join(missing)} at its top level: run the cell as the "
+                        "chapter gives it (or with your edits) before the experiment")
+    keep += [defined[name] for name in names]
+    lines = text.splitlines()
+    first = lambda n: min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])])  # noqa: E731
+    return "\n\n".join("\n".join(lines[first(n) - 1:n.end_lineno]) for n in keep) + "\n"

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.cells.program import CELL_FILE, definitions
 from helpers.core.config import config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import run_job
@@ -24,6 +25,7 @@ STRATEGIES = SHARD_KINDS     # contiguous, distributed, distributed_shuffle, str
 IMAGENET_SHARDS_READ = {"ci": 1, "cpu": 2, "gpu8": 8}   # shards of the shuffled DistributedSampler read
 SEEDS = {"ci": (1, 2), "cpu": (1, 2, 3, 4, 5), "gpu8": (1, 2, 3)}   # each split trained once per seed
 REHEARSAL_SEEDS = (1, 2)
+SAMPLER_CLASS, SAMPLER_FILE = "StratifiedSampler", "stratified_sampler.py"   # the code cell's sampler, in the jobs
 # Chapter 01's training length where it differs from the preset's: 4 splits x 5 seeds x 16 steps is one job of
 # 320 steps. At 20 or 30 steps, constant or cosine lr, the seed-to-seed spread exceeds the stratified-vs-shuffle
 # gap (benchmarks/results/ch01_seeds.json), so the length is set by time, not by a separation it cannot buy: 20
@@ -60,10 +62,16 @@ class Plan:
     rows: list[tuple]
 
 
-def plan_splits(labels, world_size: int, seed: int, global_batch: int) -> Plan:
-    """Every strategy's shards of ``labels`` and (strategy, max TV, min / mean classes per global step)."""
+def plan_splits(labels, world_size: int, seed: int, global_batch: int, stratified=None) -> Plan:
+    """Every strategy's shards of ``labels`` and (strategy, max TV, min / mean classes per global step);
+    ``stratified``: a sampler class ``(labels, num_shards, shard_id, seed)`` for that split (the code cell's)."""
     whole_steps = {"stratified": {"global_batch": global_batch}}     # the stratified split fills whole steps
-    shards = {k: shard_indices(k, labels, world_size, seed, **whole_steps.get(k, {})) for k in STRATEGIES}
+    shards = {k: shard_indices(k, labels, world_size, seed, **whole_steps.get(k, {})) for k in STRATEGIES
+              if not (k == "stratified" and stratified is not None)}
+    if stratified is not None:
+        shards["stratified"] = [np.fromiter(iter(stratified(labels, world_size, r, seed)), dtype=np.int64)
+                                for r in range(world_size)]
+        shards = {k: shards[k] for k in STRATEGIES}
     rows = []
     for k, s in shards.items():
         cov = shard_stats.step_coverage(s, labels, global_batch // world_size)
@@ -71,9 +79,11 @@ def plan_splits(labels, world_size: int, seed: int, global_batch: int) -> Plan:
     return Plan(shards, rows)
 
 
-def show_plan(base, index) -> Plan:
-    """The planned split of ``index``'s labels for ``base``'s ranks, shown as a table."""
-    plan = plan_splits(index.labels, base.world_size, base.seed, base.global_batch)
+def show_plan(base, index, code_cell=None) -> Plan:
+    """The planned split of ``index``'s labels for ``base``'s ranks, shown as a table; the stratified one by the
+    sampler class of ``code_cell`` (the ``%%ranks`` cell's job) when given."""
+    plan = plan_splits(index.labels, base.world_size, base.seed, base.global_batch,
+                       cell_sampler_class(code_cell) if code_cell is not None else None)
     show_table(plan.rows, ["strategy", "max TV of a rank's epoch", "min classes in a global step",
                            "mean classes per step"])
     return plan
@@ -85,15 +95,36 @@ def chapter_seeds(preset: str, rehearse: bool, override=None) -> tuple[int, ...]
     return tuple(override) if override else REHEARSAL_SEEDS if rehearse else SEEDS[preset]
 
 
-def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,)) -> tuple[dict, dict]:
+def cell_sampler_code(code_cell) -> str:
+    """The code cell's ``StratifiedSampler`` with the cell's imports, from its last run (``code_cell``, its job)."""
+    return definitions((code_cell.run_dir / CELL_FILE).read_text(), [SAMPLER_CLASS])
+
+
+def cell_sampler_class(code_cell) -> type:
+    """The code cell's ``StratifiedSampler`` class, here in the notebook (for the plan)."""
+    names: dict = {}
+    exec(compile(cell_sampler_code(code_cell), SAMPLER_FILE, "exec"), names)
+    return names[SAMPLER_CLASS]
+
+
+def cell_sampler(code_cell) -> tuple[dict, dict]:
+    """The code cell's ``StratifiedSampler`` for the experiment's jobs: (config changes, files for the run folder),
+    so the split called stratified is the class the learner wrote and ran, edits included."""
+    return dict(sampler_code=f"{SAMPLER_FILE}:{SAMPLER_CLASS}"), {SAMPLER_FILE: cell_sampler_code(code_cell).encode()}
+
+
+def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code_cell=None) -> tuple[dict, dict]:
     """Every strategy trained once per seed (only the sampler changes within a seed; the seed changes weight
     init and data order): as phases of one job (``one_job``: one launch, see ``helpers.train.phases``) or one
-    job each. Returns the first seed's result per strategy and the repeats (``seed_repeats.per_seed``)."""
+    job each; ``stratified`` is the sampler class of ``code_cell`` (the ``%%ranks`` cell's job) when given.
+    Returns the first seed's result per strategy and the repeats (``seed_repeats.per_seed``)."""
     seeds = [int(x) for x in seeds]
     t0 = time.monotonic()
+    changes, files = cell_sampler(code_cell) if code_cell is not None else ({}, None)
+    base = base.replace(**changes)
     if one_job:
         job = run_job(base.replace(name="samplers", phase_samplers=list(STRATEGIES), phase_seeds=seeds),
-                      progress=progress)
+                      progress=progress, files=files)
         by_seed = {x: {k: job.phase(f"{k}@{x}") for k in STRATEGIES} for x in seeds}
         first = by_seed[seeds[0]][STRATEGIES[0]].metric("step_s")[:, 0].max()
         show_md(f"One {base.world_size}-rank job, {job.wall_s:.0f} s from launch to exit: {len(STRATEGIES)} "
@@ -104,7 +135,7 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,)) -> t
                 + f" The first phase's first step ({first:.1f} s) built the training graph all phases use; the "
                 "table leaves every phase's first step out.")
     else:
-        by_seed = {x: {k: run_job(base.replace(name=f"{k}-seed{x}", sampler=k, seed=x), progress=progress)
+        by_seed = {x: {k: run_job(base.replace(name=f"{k}-seed{x}", sampler=k, seed=x), progress=progress, files=files)
                        for k in STRATEGIES} for x in seeds}
     results = by_seed[seeds[0]]
     rows = [(k, *(f"{v:.1f} s" for v in phase_seconds(r)), r.summaries[0]["accuracy"]) for k, r in results.items()]

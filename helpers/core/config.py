@@ -66,6 +66,7 @@ class JobConfig:
     image_size: int = 32
     global_batch: int = 64
     sampler: str = "distributed_shuffle"
+    sampler_code: str = ""                    # "file.py:Class" in the run folder: 'stratified' is this class (a cell's)
     phase_samplers: tuple = ()                # several samplers as phases of one job (helpers.train.phases); () off
     phase_rounds: int = 2                     # the phases take turns in this many rounds of steps
     phase_seeds: tuple = ()                   # each phase once per seed (weight init, data order); ()
@@ -291,6 +292,8 @@ def _check_phases(c: JobConfig, bad: _Problems) -> None:
                               "gradient accumulation)")
     if p and bad.ok("phase_rounds", "steps") and not 1 <= c.phase_rounds <= c.steps:
         bad("phase_rounds", f"must be between 1 and steps={c.steps}")
+    if c.sampler_code and not (str(c.sampler_code).partition(":")[0].endswith(".py") and ":" in c.sampler_code):
+        bad("sampler_code", "must be 'file.py:ClassName' (a file in the run folder), or '' for the course's sampler")
     s = c.phase_seeds
     if s and not (p and all(_is_int(x) and x >= 0 for x in s) and len(set(s)) == len(s)):
         bad("phase_seeds", "must be distinct seeds >= 0, with phase_samplers (empty: cfg.seed only)")
@@ -405,8 +408,7 @@ def dataset_workers_problem(workers) -> str | None:
 
 
 def _fit_dataset_workers(values: dict, explicit: bool) -> None:
-    """An explicit ``dataset_workers`` MindSpore would refuse here is a ConfigError; a preset's is lowered to the
-    CPU count, noted in ``adjusted`` (the config table shows it) and in the log."""
+    """An explicit ``dataset_workers`` MindSpore refuses here: ConfigError; a preset's: lowered to the CPU count."""
     problem, limit = dataset_workers_problem(values.get("dataset_workers")), os.cpu_count() or 1
     if problem and explicit:
         raise ConfigError(problem)

@@ -122,11 +122,12 @@ def train_sharding(cfg, rank: int, world_size: int) -> dict:
       interleaving ``DistributedSampler``) with ``shuffle`` True / False;
     - ``contiguous``: the naive split the source blog describes: rank r reads the r-th consecutive block of
       the (class-sorted) listing, in order (``SubsetSampler``);
-    - ``stratified``: ``helpers.train.sampler.StratifiedDistributedSampler``, labels from the folder listing.
+    - ``stratified``: ``helpers.train.sampler.StratifiedDistributedSampler``, labels from the folder listing, or
+      with ``cfg.sampler_code`` the sampler class a notebook cell wrote.
     """
     import mindspore.dataset as ds
 
-    from helpers.train.sampler import StratifiedDistributedSampler, shard_indices
+    from helpers.train.sampler import StratifiedDistributedSampler, sampler_class, shard_indices
 
     if cfg.sampler in ("distributed_shuffle", "distributed"):
         return dict(num_shards=world_size, shard_id=rank, shuffle=cfg.sampler == "distributed_shuffle")
@@ -134,6 +135,9 @@ def train_sharding(cfg, rank: int, world_size: int) -> dict:
         labels = scan_split(cfg.data_dir, "train").labels
         (block,) = shard_indices("contiguous", labels, world_size, cfg.seed, shards=[rank])
         return dict(sampler=ds.SubsetSampler(block.tolist()))
+    if cfg.sampler_code:       # the class a notebook cell wrote (chapter 01): (labels, num_shards, shard_id, seed)
+        return dict(sampler=sampler_class(cfg.sampler_code)(scan_split(cfg.data_dir, "train").labels, world_size,
+                                                            rank, cfg.seed))
     return dict(sampler=StratifiedDistributedSampler.from_image_folder(
         resolve(cfg.data_dir) / "train", world_size, rank, seed=cfg.seed, global_batch=cfg.global_batch))
 

@@ -24,6 +24,18 @@ SHARD_KINDS = ("contiguous", "distributed", "distributed_shuffle", "stratified")
 
 
 # ------------------------------------------------------------------------------------------- the sampler
+def sampler_class(spec: str) -> type:
+    """The sampler class ``spec`` names, ``"file.py:Class"`` (the file relative to the run folder, where the ranks
+    run): a stratified sampler written in a notebook cell, taken from it (``helpers.cells.program.definitions``)."""
+    import importlib.util
+
+    path, name = spec.split(":")
+    found = importlib.util.spec_from_file_location(Path(path).stem, path)
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return getattr(module, name)
+
+
 class StratifiedDistributedSampler(ds.Sampler):
     """One rank's share of :func:`stratified_shards`, as a ``mindspore.dataset`` sampler.
 

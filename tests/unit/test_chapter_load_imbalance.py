@@ -129,7 +129,7 @@ def test_one_job_runs_the_splits_and_seeds_as_phases_and_shows_their_time_withou
     kinds = list(chapter.STRATEGIES)
     launched = []
 
-    def fake_run_job(cfg, progress="auto"):
+    def fake_run_job(cfg, progress="auto", files=None):
         launched.append(cfg)
         cfg.save(tmp_path / "config.json")
         phases = phase_names(cfg)
