@@ -5,7 +5,8 @@ seconds from launch to the last rank through ``init()`` (msrun start, the schedu
 processes importing MindSpore on shared cores, the cluster build), the first step (graph compilation +
 one step, the slowest rank), the rest of the work (other steps, evaluation, a grad check), and the exit
 (finalising the cluster until the last log write). Only the run directory's files are read: ``config.json``
-(written just before msrun starts), ``metrics/rank_<r>.jsonl`` and the logs' modification times.
+(written just before msrun starts), ``metrics/rank_<r>.jsonl`` and the logs' modification times; ``cell``: the job
+ran a notebook's ``%%ranks`` cell (its run folder holds the cell's file).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from helpers.cells.program import CELL_FILE
 from helpers.core.metrics import read_records
 
 PHASES = ("launch_s", "first_step_s", "rest_s", "exit_s")
@@ -40,7 +42,7 @@ def job_phases(run_dir: str | Path) -> dict | None:
     out = dict(launch_s=t_ready - t0, first_step_s=t_first - t_ready, rest_s=t_last - t_first,
                exit_s=t_end - t_last, total_s=t_end - t0,
                world_size=int(json.loads(config.read_text()).get("world_size", len(starts))),
-               name=run_dir.name, chapter=run_dir.parent.name)
+               name=run_dir.name, chapter=run_dir.parent.name, cell=(run_dir / CELL_FILE).exists())
     return out
 
 

@@ -144,9 +144,9 @@ def checksum_rows(result) -> list[tuple]:
 
 
 def show_rank_checksums(result) -> None:
-    """Each rank's step-1 loss on its own data next to its parameters' sha256 and sum."""
-    show_table(checksum_rows(result), ["rank", "loss at step 1 (own data)", "sha256 of parameters",
-                                       "sum of parameters"])
+    """Each rank's step-1 loss on its own data next to the sha256 and sum of its trainable weights."""
+    show_table(checksum_rows(result), ["rank", "loss at step 1 (own data)", "sha256 of the weights",
+                                       "sum of the weights"])
 
 
 # ---------------------------------------------------------------- 4. two nodes x 4 workers
