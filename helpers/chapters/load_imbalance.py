@@ -65,13 +65,13 @@ class Plan:
 def plan_splits(labels, world_size: int, seed: int, global_batch: int, stratified=None) -> Plan:
     """Every strategy's shards of ``labels`` and (strategy, max TV, min / mean classes per global step);
     ``stratified``: a sampler class ``(labels, num_shards, shard_id, seed)`` for that split (the code cell's)."""
-    whole_steps = {"stratified": {"global_batch": global_batch}}     # the stratified split fills whole steps
-    shards = {k: shard_indices(k, labels, world_size, seed, **whole_steps.get(k, {})) for k in STRATEGIES
-              if not (k == "stratified" and stratified is not None)}
-    if stratified is not None:
-        shards["stratified"] = [np.fromiter(iter(stratified(labels, world_size, r, seed)), dtype=np.int64)
-                                for r in range(world_size)]
-        shards = {k: shards[k] for k in STRATEGIES}
+    def split(kind: str) -> list[np.ndarray]:
+        if kind == "stratified" and stratified is not None:
+            return [np.fromiter(iter(stratified(labels, world_size, r, seed)), np.int64) for r in range(world_size)]
+        whole_steps = {"global_batch": global_batch} if kind == "stratified" else {}   # whole steps
+        return shard_indices(kind, labels, world_size, seed, **whole_steps)
+
+    shards = {k: split(k) for k in STRATEGIES}
     rows = []
     for k, s in shards.items():
         cov = shard_stats.step_coverage(s, labels, global_batch // world_size)

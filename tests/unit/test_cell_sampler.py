@@ -59,3 +59,16 @@ def test_the_training_jobs_load_the_same_class_from_their_run_folder(standin, tm
     in_job = sampler_class(cfg.sampler_code)(labels, 8, 5, cfg.seed)
     in_plan = chapter.cell_sampler_class(code_cell_run(tmp_path))(labels, 8, 5, cfg.seed)
     assert list(in_job) == list(in_plan)
+
+
+def test_the_plan_of_section_1_splits_with_the_cells_class(standin, tmp_path):
+    cfg = job_config("ci")
+    labels = scan_split(cfg.data_dir, "train").labels
+    cls = chapter.cell_sampler_class(code_cell_run(tmp_path))
+    plan = chapter.plan_splits(labels, 8, 1, 64, stratified=cls)
+    assert list(plan.shards) == list(chapter.STRATEGIES)
+    assert all(np.array_equal(a, np.fromiter(iter(cls(labels, 8, r, 1)), np.int64))
+               for r, a in enumerate(plan.shards["stratified"]))
+    rows = {r[0]: r for r in plan.rows}
+    assert rows["stratified"][2] == len(np.unique(labels)), "every global step holds every class"
+    assert rows["stratified"][1] < rows["distributed_shuffle"][1] and rows["distributed"][2] <= 2
