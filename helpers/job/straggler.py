@@ -121,8 +121,8 @@ def _cause(a: dict[str, np.ndarray], i: int, method: str) -> str:
 def step_straggler(records: list[dict]) -> tuple[int | None, str | None] | None:
     """One step's straggler from every rank's record of it: ``(rank, cause)``, ``(None, None)`` for none, or None
     when the step says nothing (a fused step whose data waits are even: a slow compute would not show there)."""
-    if any(x.get("data_s") is None for x in records):
-        return None                                     # a cell's report() without its data wait: nothing to judge
+    if len(records) < 2 or any(x.get("data_s") is None for x in records):
+        return None     # one rank waits for nobody; a cell's report() without its data wait: nothing to judge
     step_s = np.array([x["step_s"] for x in records], float)
     bar = max(MIN_WAIT_S, SHARE * float(np.median(step_s)))
     data = np.array([x["data_s"] for x in records], float)

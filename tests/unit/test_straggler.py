@@ -100,6 +100,20 @@ def test_one_step_data_straggler_on_a_fused_step_and_silence_otherwise():
     assert step_straggler([recs[r][1] for r in range(8)]) is None
 
 
+def test_a_one_rank_job_has_no_straggler_and_warns_nothing():
+    """Chapter 04's AMP jobs run one rank: numpy warned 'Mean of empty slice' into the notebook."""
+    import warnings
+
+    recs = job(every=10**6, slow=0, delay=0.3, steps=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert step_straggler([recs[0][1]]) is None
+        live = LiveStraggler(1)
+        for rec in recs[0]:
+            live.feed(rec)
+    assert live.marked() is None and live.judged == []
+
+
 def test_the_text_progress_marks_the_straggler_live_and_ends_with_the_verdict():
     import io
 
