@@ -119,9 +119,10 @@ def chapter00_claims(r: dict) -> list[Claim]:
               finished=finished, world=world, steps=steps),
         claim("weights_identical", r["weights_identical"] and r["distinct_first_batches"] > 1,
               "All {world} ranks ended with bit-identical parameters (one sha256) although their first batches "
-              "had {distinct} different class mixes: the gradients were averaged.",
+              "had {distinct} different class mixes: every rank applied the same updates (synchronised; a sum of "
+              "the gradients would pass this check too).",
               "The ranks did not end with one parameter checksum, or they all read the same batch "
-              "({distinct} distinct first-step class mixes): averaging is not shown.",
+              "({distinct} distinct first-step class mixes): synchronisation is not shown.",
               world=world, distinct=r["distinct_first_batches"]),
     ]
     times = r.get("conv_seconds_per_step") or {}
