@@ -31,6 +31,11 @@ def momentum_step(w0: np.ndarray, grads: list[np.ndarray], lr: float, combine: s
     return w0 - lr * g
 
 
+def flat(tensors) -> np.ndarray:
+    """MindSpore tensors (or parameters) as one float64 vector, in their order."""
+    return np.concatenate([t.asnumpy().ravel() for t in tensors]).astype(np.float64)
+
+
 def redo_first_update(run_dir: str) -> dict:
     """In this process: the seed's weights, every rank's first-batch gradient, both updates, the comparison."""
     import mindspore as ms
@@ -52,18 +57,17 @@ def redo_first_update(run_dir: str) -> dict:
     loss_fn = nn.SoftmaxCrossEntropyWithLogits(sparse=True, reduction="mean")
     params = net.trainable_params()
     grad_fn = ms.value_and_grad(lambda x, y: loss_fn(net(x), y), None, params)
-    w0 = np.concatenate([p.asnumpy().ravel() for p in params]).astype(np.float64)
+    w0 = flat(params)
     losses, grads = [], []
     for x, y in batches:
         loss, g = grad_fn(x, y)
         losses.append(float(loss.asnumpy()))
-        grads.append(np.concatenate([t.asnumpy().ravel() for t in g]).astype(np.float64))
+        grads.append(flat(g))
     recs = first_records(run_dir, cfg.world_size)
     ranks = np.load(Path(run_dir) / WEIGHTS_AFTER_STEP_1).astype(np.float64)
     mean, total = momentum_step(w0, grads, cfg.lr, "mean"), momentum_step(w0, grads, cfg.lr, "sum")
     step = np.linalg.norm(mean - w0)
-    return dict(same_batches=all(list(np.asarray(y.asnumpy()).tolist()) == r["labels"] for (_, y), r in
-                                 zip(batches, recs)),
+    return dict(same_batches=all(y.asnumpy().tolist() == r["labels"] for (_, y), r in zip(batches, recs)),
                 first_loss_diff=float(max(abs(a - r["loss"]) for a, r in zip(losses, recs))),
                 vs_mean=float(np.linalg.norm(ranks - mean) / step), vs_sum=float(np.linalg.norm(ranks - total) / step))
 
