@@ -67,9 +67,21 @@ def redo_first_update(run_dir: str) -> dict:
     ranks = np.load(Path(run_dir) / WEIGHTS_AFTER_STEP_1).astype(np.float64)
     mean, total = momentum_step(w0, grads, cfg.lr, "mean"), momentum_step(w0, grads, cfg.lr, "sum")
     step = np.linalg.norm(mean - w0)
+    worst = worst_parameter([p.name for p in params], [p.size for p in params], ranks, mean, w0)
     return dict(same_batches=all(y.asnumpy().tolist() == r["labels"] for (_, y), r in zip(batches, recs)),
                 first_loss_diff=float(max(abs(a - r["loss"]) for a, r in zip(losses, recs))),
-                vs_mean=float(np.linalg.norm(ranks - mean) / step), vs_sum=float(np.linalg.norm(ranks - total) / step))
+                vs_mean=float(np.linalg.norm(ranks - mean) / step), vs_sum=float(np.linalg.norm(ranks - total) / step),
+                worst_parameter=worst[0], worst_parameter_vs_mean=worst[1])
+
+
+def worst_parameter(names, sizes, ranks, mean, w0) -> tuple[str, float]:
+    """The parameter whose update is furthest from its mean-gradient update, and that distance in units of its
+    own update: a whole-model figure can hide one layer that received another's gradient."""
+    edges = np.cumsum([0, *sizes])
+    gaps = [float(np.linalg.norm(ranks[a:b] - mean[a:b]) / max(np.linalg.norm(mean[a:b] - w0[a:b]), 1e-30))
+            for a, b in zip(edges[:-1], edges[1:])]
+    i = int(np.argmax(gaps))
+    return names[i], gaps[i]
 
 
 def first_update_check(run_dir) -> dict:

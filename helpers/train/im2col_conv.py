@@ -24,8 +24,11 @@ CONV_IMPLS = ("native", "im2col")
 
 
 class WeightTimesColumns(nn.Cell):
-    """``w (O, K) @ cols (N, K, L) -> (N, O, L)`` with a hand-written backward: two batched matmuls whose
-    transpose flags replace the explicit ``Transpose`` of the columns that autodiff of a broadcast matmul adds."""
+    """``w (O, C, k, k) as (O, K) @ cols (N, K, L) -> (N, O, L)`` with a hand-written backward: two batched
+    matmuls whose transpose flags replace the explicit ``Transpose`` of the columns that autodiff of a broadcast
+    matmul adds. The weight's gradient leaves in the weight's own shape from a ``ReduceSum``, never through a
+    ``Reshape``: on CPU with MindSpore 2.10's fused gradient AllReduce, each such reshaped gradient arrived as the
+    previous same-shaped convolution's (tests/jobs/test_averaging_jobs.py)."""
 
     def __init__(self):
         super().__init__()
@@ -34,11 +37,13 @@ class WeightTimesColumns(nn.Cell):
         self.bmm_b_t = ops.BatchMatMul(transpose_b=True)
 
     def construct(self, w, cols):
-        return self.bmm(w.broadcast_to((cols.shape[0],) + w.shape), cols)
+        w2 = w.reshape(w.shape[0], -1)
+        return self.bmm(w2.broadcast_to((cols.shape[0],) + w2.shape), cols)
 
     def bprop(self, w, cols, out, dout):
-        dw = self.bmm_b_t(dout, cols).sum(0)                                          # sum_n dY_n @ cols_n^T
-        dcols = self.bmm_a_t(w.broadcast_to((cols.shape[0],) + w.shape), dout)          # W^T @ dY_n
+        w2 = w.reshape(w.shape[0], -1)
+        dw = self.bmm_b_t(dout, cols).reshape((cols.shape[0],) + w.shape).sum(0)      # sum_n dY_n @ cols_n^T
+        dcols = self.bmm_a_t(w2.broadcast_to((cols.shape[0],) + w2.shape), dout)     # W^T @ dY_n
         return dw, dcols
 
 
@@ -79,10 +84,10 @@ class Im2ColConv2d(nn.Cell):
         rows, positions = c * self._k * self._k, ho * wo
         if self._fold and folds_batch(self.out_channels, rows, positions):   # static shapes: decided when compiling
             cols = ops.transpose(cols, (1, 0, 2)).reshape(1, rows, n * positions)              # (1, K, N*L)
-            out = self.times(self.weight.reshape(self.out_channels, -1), cols)                  # (1, O, N*L)
+            out = self.times(self.weight, cols)                                    # (1, O, N*L)
             out = ops.transpose(out.reshape(self.out_channels, n, positions), (1, 0, 2))        # (N, O, L)
         else:
-            out = self.times(self.weight.reshape(self.out_channels, -1), cols)                  # (N, O, L)
+            out = self.times(self.weight, cols)                                    # (N, O, L)
         out = out.reshape(n, self.out_channels, ho, wo)
         if self.has_bias:
             out = out + self.bias.reshape(1, -1, 1, 1)
