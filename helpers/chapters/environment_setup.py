@@ -20,6 +20,7 @@ from helpers.job.launch import msrun_command
 from helpers.job.multinode import two_node_unavailable
 from helpers.job.preflight import preflight_checks
 from helpers.output.tables import show_md, show_table
+from helpers.topics.averaging import first_update_check
 from helpers.train.conv_autoselect import resolve_conv_impl
 
 
@@ -149,6 +150,25 @@ def show_rank_checksums(result) -> None:
                                        "sum of the weights"])
 
 
+def averaging_rows(check: dict) -> list[tuple]:
+    """The ranks' weights after update 1 against one process's update with the mean and with the sum."""
+    return [("the mean of the ranks' gradients", f"{check['vs_mean']:.1e}"),
+            ("the sum of the ranks' gradients", f"{check['vs_sum']:.2f}"),
+            (f"the mean, furthest parameter ({check['worst_parameter']})", f"{check['worst_parameter_vs_mean']:.1e}")]
+
+
+def show_averaging(result) -> dict:
+    """Redo update 1 in one process (``helpers.topics.averaging``) and show how far the ranks' weights are from
+    the mean-gradient and the sum-gradient update."""
+    check = first_update_check(result.run_dir)
+    if "skipped" in check:
+        show_md(f"**Not checked:** {check['skipped']}.")
+        return check
+    show_table(averaging_rows(check), ["one process applied update 1 with", "distance of the ranks' weights "
+                                       "(in sizes of the mean update)"])
+    return check
+
+
 # ---------------------------------------------------------------- 4. two nodes x 4 workers
 def two_node_skip_reason(run_multinode: bool, cfg, **checks) -> str:
     """Why the 2-node demo does not run here for ``cfg`` ("" when it runs); ``checks``: ``which``/``run`` for the
@@ -240,7 +260,7 @@ def show_errata_checks() -> dict:
 
 # ---------------------------------------------------------------- what the chapter records
 def recorded_values(preset: str, rehearse: bool, cfg, result, *, conv_times: dict, preflight_failed: list[str],
-                    multi, multinode_skipped: str, two_node: dict, errata: dict) -> dict:
+                    multi, multinode_skipped: str, two_node: dict, errata: dict, averaging: dict) -> dict:
     """The values ``record_results`` stores and ``chapter00_claims`` reads."""
     return dict(
         preset=preset,
@@ -249,6 +269,7 @@ def recorded_values(preset: str, rehearse: bool, cfg, result, *, conv_times: dic
         steps=cfg.steps,
         ranks_finished=sum(1 for r in result.ranks if len(result.steps.get(r, [])) == cfg.steps),
         weights_identical=weights_identical(result),
+        averaging=averaging,
         distinct_first_batches=distinct_first_batches(result),
         multinode_world_size=len(multi.ranks) if multi else 0,
         multinode_weights_identical=bool(multi and weights_identical(multi)),

@@ -109,6 +109,21 @@ SEED_CONTEXT_KEYS = {"parallel_mode": "data_parallel", "gradients_mean": True, "
 
 
 # ----------------------------------------------------------------------------------------- claims
+def averaging_claim(a: dict, world: int) -> Claim:
+    """Whether update 1 on the ranks was one process's update with the mean gradient (``first_update_check``)."""
+    if "skipped" in a:
+        return claim("gradients_averaged", None, "Averaging was not checked: {why}.", why=a["skipped"])
+    return claim("gradients_averaged", a["averaged"],
+                 "Rank 0's weights after update 1 are one process's update with the mean of the {world} ranks' "
+                 "gradients, to {vs_mean:.0e} of its size (every parameter within {worst_gap:.0e}), and {vs_sum:.1f} "
+                 "sizes from the update with their sum: the ranks averaged their gradients.",
+                 "Rank 0's weights after update 1 are {vs_mean:.2g} sizes from one process's mean-gradient update "
+                 "and {vs_sum:.2g} from the sum's (furthest: {worst}, {worst_gap:.2g}; same batches: {same}): the "
+                 "update was not the mean gradient.",
+                 world=world, vs_mean=a["vs_mean"], vs_sum=a["vs_sum"], worst=a["worst_parameter"],
+                 worst_gap=a["worst_parameter_vs_mean"], same=a["same_batches"])
+
+
 def chapter00_claims(r: dict) -> list[Claim]:
     """Claims from chapter 00's recorded values ``r`` (the dict passed to ``record_results``)."""
     world, finished, steps = r["world_size"], r["ranks_finished"], r["steps"]
@@ -124,6 +139,7 @@ def chapter00_claims(r: dict) -> list[Claim]:
               "The ranks did not end with one parameter checksum, or they all read the same batch "
               "({distinct} distinct first-step class mixes): synchronisation is not shown.",
               world=world, distinct=r["distinct_first_batches"]),
+        averaging_claim(r.get("averaging") or {"skipped": "it was not run"}, world),
     ]
     times = r.get("conv_seconds_per_step") or {}
     if times:

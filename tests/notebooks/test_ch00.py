@@ -13,6 +13,7 @@ def test_00_environment_setup(standin, tmp_path):
     r = execute("00_environment_setup", tmp_path)
     assert r["world_size"] == 8 and r["ranks_finished"] == 8 and r["steps_applied"] == r["steps"]
     assert r["weights_identical"] is True
+    assert r["averaging"]["averaged"] is True, r["averaging"]        # update 1 is the mean gradient's, not the sum's
     assert r["distinct_first_batches"] == 8, "every rank's first batch is its own shard's: 8 different class mixes"
     assert r["job_wall_s"] > 0
     assert r["rank_num_is_invalid"] is True

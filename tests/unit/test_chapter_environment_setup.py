@@ -167,7 +167,8 @@ def test_recorded_values_feed_the_claims(tmp_path, ci):
         "msrun_sets_device_id": True, "set_device_negotiates_under_msrun": True}}
     values = chapter.recorded_values("ci", False, ci.replace(conv_impl="im2col"), result,
                                      conv_times={"native": 0.5, "im2col": 0.25}, preflight_failed=[], multi=None,
-                                     multinode_skipped="needs root", two_node={}, errata=errata)
+                                     multinode_skipped="needs root", two_node={}, errata=errata,
+                                     averaging={"skipped": "not run"})
     assert values["world_size"] == values["ranks_finished"] == 2 and values["steps_applied"] == 3
     assert values["weights_identical"] and values["distinct_first_batches"] == 2
     assert values["multinode_world_size"] == 0 and values["rank_num_is_invalid"]
@@ -176,3 +177,17 @@ def test_recorded_values_feed_the_claims(tmp_path, ci):
     assert all(claims[k].holds for k in ("ranks_finished", "weights_identical", "conv_impl", "rank_num_invalid",
                                          "parameter_broadcast", "device_id"))
     assert claims["two_node"].holds is None and "needs root" in claims["two_node"].text
+    assert claims["gradients_averaged"].holds is None
+
+
+def test_averaging_is_skipped_with_a_reason_when_the_cell_saved_no_weights(tmp_path):
+    from helpers.topics.averaging import first_update_check
+
+    assert "did not save weights_after_step_1.npy" in first_update_check(tmp_path)["skipped"]
+
+
+def test_averaging_rows_show_both_distances_and_the_furthest_parameter():
+    rows = chapter.averaging_rows(dict(vs_mean=4.1e-6, vs_sum=7.0, worst_parameter="fc.weight",
+                                       worst_parameter_vs_mean=2e-4))
+    assert rows == [("the mean of the ranks' gradients", "4.1e-06"), ("the sum of the ranks' gradients", "7.00"),
+                    ("the mean, furthest parameter (fc.weight)", "2.0e-04")]

@@ -31,7 +31,9 @@ def ch00(**changes):
              multinode_vs_single=dict(same_data=True, first_losses_equal=True, first_divergent_step=2,
                                       loss_diff_at_divergence=4.8e-7, same_checksum=False, param_sum_rel_diff=3e-5,
                                       steps=4),
-             rank_num_is_invalid=True, seed_api=copy.deepcopy(SEED_API))
+             rank_num_is_invalid=True, seed_api=copy.deepcopy(SEED_API),
+             averaging=dict(averaged=True, same_batches=True, vs_mean=4.1e-6, vs_sum=7.0,
+                            worst_parameter="layer4.1.bn1.gamma", worst_parameter_vs_mean=2e-4))
     for key, value in changes.items():
         if value and isinstance(value, dict) and isinstance(r.get(key), dict):
             r[key] = {**r[key], **value}
@@ -46,6 +48,7 @@ def test_ch00_all_expectations_hold_on_the_measured_ci_values():
     c = by_id(claims)
     assert "8 of 8 ranks ran all 4 steps" in c["ranks_finished"].text
     assert "8 different class mixes" in c["weights_identical"].text
+    assert "to 4e-06 of its size" in c["gradients_averaged"].text and "7.0 sizes" in c["gradients_averaged"].text
     assert "native took 6.2x as long" in c["conv_impl"].text
     assert "first differ at step 2" in c["two_node_checksum"].text and "checksums differ" in c["two_node_checksum"].text
 
@@ -64,6 +67,8 @@ def test_ch00_all_expectations_hold_on_the_measured_ci_values():
     (dict(rank_num_is_invalid=False), "rank_num_invalid", "was accepted"),
     (dict(seed_api={"parameter_broadcast_read_back": False}), "parameter_broadcast", "was not accepted"),
     (dict(seed_api={"msrun_sets_device_id": False}), "device_id", "does not set DEVICE_ID"),
+    (dict(averaging={"averaged": False, "vs_mean": 1.8, "worst_parameter": "stem.0.weight"}), "gradients_averaged",
+     "1.8 sizes from one process's mean-gradient update"),
 ])
 def test_ch00_each_claim_says_when_its_expectation_failed(changes, cid, words):
     c = by_id(chapter00_claims(ch00(**changes)))[cid]
@@ -73,6 +78,11 @@ def test_ch00_each_claim_says_when_its_expectation_failed(changes, cid, words):
 def test_ch00_equal_checksums_with_identical_losses_hold():
     c = by_id(chapter00_claims(ch00(multinode_vs_single={"first_divergent_step": None, "same_checksum": True})))
     assert c["two_node_checksum"].holds is True and "final checksums are equal" in c["two_node_checksum"].text
+
+
+def test_ch00_unchecked_averaging_is_an_observation_with_its_reason():
+    c = by_id(chapter00_claims(ch00(averaging={"skipped": "the cell did not save it"})))
+    assert c["gradients_averaged"].holds is None and "the cell did not save it" in c["gradients_averaged"].text
 
 
 def test_ch00_skipped_two_node_demo_is_an_observation_with_its_reason():
