@@ -121,3 +121,29 @@ def definitions(text: str, names: list[str]) -> str:
     lines = text.splitlines()
     first = lambda n: min([n.lineno] + [d.lineno for d in getattr(n, "decorator_list", [])])  # noqa: E731
     return "\n\n".join("\n".join(lines[first(n) - 1:n.end_lineno]) for n in keep) + "\n"
+
+
+def ranks_cell_body(notebook) -> str:
+    """The code of a notebook's ``%%ranks`` cell without its magic line, as committed (read with ``json``, so a
+    rank needs no Jupyter package)."""
+    import json
+
+    cells = json.loads(open(notebook, encoding="utf-8").read())["cells"]
+    text = next("".join(c["source"]) for c in cells
+                if c["cell_type"] == "code" and "".join(c["source"]).startswith("%%ranks"))
+    return text.split("\n", 1)[1]
+
+
+def load_definitions(path, names: list[str]) -> tuple:
+    """The objects ``names`` of the Python file ``path``, imported as a module named by the file's stem (from a
+    file and in ``sys.modules``: MindSpore's GRAPH mode reads a ``construct``'s source and its module's names)."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    found = importlib.util.spec_from_file_location(Path(path).stem, str(path))
+    module = importlib.util.module_from_spec(found)
+    sys.modules[found.name] = module
+    found.loader.exec_module(module)
+    return tuple(getattr(module, name) for name in names)
+

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from helpers.cells.program import CELL_FILE
 from helpers.conclusions import ch02
 from helpers.conclusions.step_noise import per_step
 from helpers.core import memory_planner as memory
@@ -17,6 +18,7 @@ from helpers.core.errors import JobFailed
 from helpers.job.host_memory import BUDGET_MB
 from helpers.job.launch import run_job
 from helpers.output.tables import show_md, show_table
+from helpers.train.grad_accumulation import ACCUMULATION_FILE, step_code
 from helpers.topics import memory_scenarios as scenarios
 from helpers.topics.memory_runs import (BASELINE_LABELS, MEMORY_LABELS, cap_below, job_memory,
                                         planner_vs_measured, sweep)
@@ -215,6 +217,16 @@ def scenario_rows(blog_scenarios: dict) -> list:
             for x, x28 in zip(blog_scenarios[35.0], blog_scenarios[28.0])]
 
 
+def cell_step(code_cell) -> tuple[dict, dict]:
+    """The code cell's ``MicroStep`` and ``ApplyStep`` for an experiment's job: (config changes, files for the run
+    folder), so the accumulation measured is the one the learner wrote and ran, edits included; with no code cell
+    ``({}, {})``: the jobs take the committed cell's."""
+    if code_cell is None:
+        return {}, {}
+    code = step_code((code_cell.run_dir / CELL_FILE).read_text())
+    return dict(accumulation_code=ACCUMULATION_FILE), {ACCUMULATION_FILE: code.encode()}
+
+
 class OomChapter:
     """The notebook's steps in order; each shows its tables or figure and keeps its numbers on ``self``."""
 
@@ -264,11 +276,13 @@ class OomChapter:
         show_md(f"Cap per rank: **{self.cap_mb} MB** of address space; the job ended after {fail_s:.0f} s with:"
                 f"\n\n```\n{message}\n```")
 
-    def run_accumulated(self) -> None:
-        """Section 3: micro-batch x K under the same cap; loss, peak memory per rank and throughput of both runs."""
+    def run_accumulated(self, code_cell=None) -> None:
+        """Section 3: micro-batch x K under the same cap, with the step of ``code_cell`` (the ``%%ranks`` cell's
+        job); loss, peak memory per rank and throughput of both runs."""
+        changes, files = cell_step(code_cell)
         self.acc = run_job(self.base.replace(name="accumulated_capped", mem_cap_mb=self.cap_mb,
                                              micro_batch=self.s.micro, accumulation_steps=self.s.k,
-                                             compile_cache=False), progress=self.progress)
+                                             compile_cache=False, **changes), progress=self.progress, files=files)
         self.mem_acc = job_memory(self.acc)
         self.host_mb["accumulated"] = self.acc.peak_host_mb
         mems = {"full_batch": self.mem_full, "accumulated": self.mem_acc}
@@ -307,14 +321,16 @@ class OomChapter:
         fig.tight_layout()
         plt.show()
 
-    def run_grad_check(self) -> None:
-        """Section 4: the grad_check job; accumulated against full-batch gradients, and the built-in cells."""
+    def run_grad_check(self, code_cell=None) -> None:
+        """Section 4: the grad_check job with the step of ``code_cell``; accumulated against full-batch gradients,
+        and the built-in cells."""
         self.gc_ranks = self.s.preset["grad_check_ranks"] or self.base.world_size
+        changes, files = cell_step(code_cell)
         cfg = self.base.replace(name="grad_check", task="grad_check", conv_impl=self.s.preset["grad_check_conv"],
                                 micro_batch=self.s.micro, accumulation_steps=self.s.k, steps=1,
                                 world_size=self.gc_ranks, global_batch=self.s.per_rank * self.gc_ranks,
-                                image_size=self.s.model_image_size)
-        self.grad = g = grad_check_record(list(run_job(cfg, progress=self.progress).summaries.values()))
+                                image_size=self.s.model_image_size, **changes)
+        self.grad = g = grad_check_record(list(run_job(cfg, progress=self.progress, files=files).summaries.values()))
         show_table(grad_check_rows(g, self.base.arch),
                    ["network", f"max |accumulated - full| ({self.s.k} x {self.s.micro})", "largest gradient element",
                     "relative", "cosine"])

@@ -67,6 +67,7 @@ class JobConfig:
     global_batch: int = 64
     sampler: str = "distributed_shuffle"
     sampler_code: str = ""                    # "file.py:Class" in the run folder: 'stratified' is this class (a cell's)
+    accumulation_code: str = ""               # "file.py" in the run folder with a cell's MicroStep and ApplyStep
     phase_samplers: tuple = ()                # several samplers as phases of one job (helpers.train.phases); () off
     phase_rounds: int = 2                     # the phases take turns in this many rounds of steps
     phase_seeds: tuple = ()                   # each phase once per seed (weight init, data order); ()
@@ -294,6 +295,8 @@ def _check_phases(c: JobConfig, bad: _Problems) -> None:
         bad("phase_rounds", f"must be between 1 and steps={c.steps}")
     if c.sampler_code and not (str(c.sampler_code).partition(":")[0].endswith(".py") and ":" in c.sampler_code):
         bad("sampler_code", "must be 'file.py:ClassName' (a file in the run folder), or '' for the course's sampler")
+    if c.accumulation_code and not str(c.accumulation_code).endswith(".py"):
+        bad("accumulation_code", "must be 'file.py' (a file in the run folder), or '' for chapter 02's code cell")
     s = c.phase_seeds
     if s and not (p and all(_is_int(x) and x >= 0 for x in s) and len(set(s)) == len(s)):
         bad("phase_seeds", "must be distinct seeds >= 0, with phase_samplers (empty: cfg.seed only)")

@@ -78,12 +78,13 @@ def full_batch_grads(net, images, labels) -> list[np.ndarray]:
     return cap.values()
 
 
-def accumulated_grads(net, images, labels, k: int) -> list[np.ndarray]:
-    """The gradient ``AccumulatingTrainStep`` hands its optimizer after k contiguous micro-batches."""
+def accumulated_grads(net, images, labels, k: int, classes: tuple | None = None) -> list[np.ndarray]:
+    """The gradient ``AccumulatingTrainStep`` (with ``classes``: a code cell's step) hands its optimizer after k
+    contiguous micro-batches."""
     from helpers.train.grad_accumulation import AccumulatingTrainStep
 
     cap = CaptureGrads(net.trainable_params())
-    step = AccumulatingTrainStep(_loss_cell(net), cap, k)
+    step = AccumulatingTrainStep(_loss_cell(net), cap, k, classes)
     m = images.shape[0] // k
     step([(images[i * m:(i + 1) * m], labels[i * m:(i + 1) * m]) for i in range(k)])
     return cap.values()
@@ -121,10 +122,11 @@ def compare(reference: list[np.ndarray], other: list[np.ndarray]) -> dict:
 
 
 def check(build_bn_net, images, labels, k: int, seed: int = 1, builtin: bool = True,
-          num_classes: int = 10) -> dict:
+          num_classes: int = 10, classes: tuple | None = None) -> dict:
     """Every comparison on one batch (numpy arrays, split into k micro-batches). ``build_bn_net()`` makes
     the ResNet (``None``: skip the BatchNorm check); the small net (``num_classes`` outputs: the same on
-    every rank, whatever labels its batch holds) is built here. Nets are built after
+    every rank, whatever labels its batch holds) is built here; ``classes``: the accumulation step's
+    (``step_classes``). Nets are built after
     ``ms.set_seed(seed)``, so every rank of a job starts from the same weights."""
     if images.shape[0] % k:
         raise ValueError(f"batch {images.shape[0]} is not divisible by accumulation_steps {k}")
@@ -135,7 +137,7 @@ def check(build_bn_net, images, labels, k: int, seed: int = 1, builtin: bool = T
     ms.set_seed(seed)
     net = small_net(num_classes=num_classes)
     true = full_batch_grads(net, x, y)
-    out["no_bn"] = compare(true, accumulated_grads(net, x, y, k))
+    out["no_bn"] = compare(true, accumulated_grads(net, x, y, k, classes))
     out["builtin"] = {}
     if builtin:
         for which in BUILTIN_CELLS:
@@ -148,10 +150,10 @@ def check(build_bn_net, images, labels, k: int, seed: int = 1, builtin: bool = T
     if build_bn_net is not None:
         ms.set_seed(seed)
         bn_net = build_bn_net()
-        out["bn"] = compare(full_batch_grads(bn_net, x, y), accumulated_grads(bn_net, x, y, k))
+        out["bn"] = compare(full_batch_grads(bn_net, x, y), accumulated_grads(bn_net, x, y, k, classes))
         # the same ResNet, same weights, BatchNorm frozen at the running statistics those 1 + k steps left
         out["bn_frozen_layers"] = freeze_batchnorm(bn_net)
-        out["bn_frozen"] = compare(full_batch_grads(bn_net, x, y), accumulated_grads(bn_net, x, y, k))
+        out["bn_frozen"] = compare(full_batch_grads(bn_net, x, y), accumulated_grads(bn_net, x, y, k, classes))
     return out
 
 
@@ -219,7 +221,10 @@ def run_task(cfg, rank: int, world: int) -> dict:
     num_classes = len(scan_split(cfg.data_dir, "train").classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.batch_per_rank)
     images, labels = next(data.create_tuple_iterator(num_epochs=1, output_numpy=True))
+    from helpers.train.grad_accumulation import step_classes
+
     impl = "native" if cfg.conv_impl == "auto" else cfg.conv_impl
     result = check(lambda: build_model(cfg.arch, num_classes, cfg.width, cfg.stem, impl), images, labels,
-                   cfg.accumulation_steps, cfg.seed, num_classes=num_classes)
+                   cfg.accumulation_steps, cfg.seed, num_classes=num_classes,
+                   classes=step_classes(cfg.accumulation_code))
     return {**flat_summary(result), "world": world, "conv_impl": impl, "arch": cfg.arch}

@@ -1,80 +1,69 @@
 """Gradient accumulation equal to the big batch (exactly without BatchNorm), for DATA_PARALLEL in GRAPH_MODE.
 
-K micro-steps each add ``1/K`` times the gradient of a micro-batch's *mean* loss into zero-initialised
-buffers, without communication; then one step averages the buffers across ranks (the same
-``nn.DistributedGradReducer`` as ``TrainOneStepCell``, so ``comm_fusion`` applies), applies the optimizer and
-zeroes the buffers. With BatchNorm it cannot be exact: each micro-batch is normalised with its own statistics
-(chapter 02 shows by how much). On CPU every micro-step is a whole graph launch with a fixed cost, so
-accumulation is cheap for large micro-batches and expensive for tiny ones (chapter 02,
-``benchmarks/accumulation.py``). MindSpore's own ``nn.GradAccumulationCell`` /
+The step is chapter 02's code cell: its ``MicroStep`` (forward + backward of one micro-batch, ``1/K`` of its
+gradient added to zero-initialised buffers, no communication) and ``ApplyStep`` (one ``DistributedGradReducer``
+AllReduce of the buffers, as in ``TrainOneStepCell``, so ``comm_fusion`` applies; the update; the buffers
+zeroed). ``step_classes`` takes them from a file (the cell's last run, sent to a job's run folder) or from the
+committed notebook, so the experiments run the code the learner reads. With BatchNorm it cannot be exact: each
+micro-batch is normalised with its own statistics (chapter 02 shows by how much). On CPU every micro-step is a
+whole graph launch with a fixed cost, so accumulation is cheap for large micro-batches and expensive for tiny
+ones (``benchmarks/accumulation.py``). MindSpore's own ``nn.GradAccumulationCell`` /
 ``parallel.nn.GradAccumulation`` are not used: they sum the micro-batch losses (K times the mean's gradient)
 and keep the whole batch's activations alive.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+
 import numpy as np
 
 import mindspore as ms
-from mindspore import nn, ops
-from mindspore.context import ParallelMode
-from mindspore.parallel._utils import _get_parallel_mode
+from mindspore import ops
+
+from helpers.cells.program import definitions, load_definitions, ranks_cell_body
+from helpers.core.paths import code_root
+
+CHAPTER_02 = "notebooks/02_oom_gradient_accumulation.ipynb"
+STEP_CLASSES = ["MicroStep", "ApplyStep"]    # what chapter 02's code cell defines
+ACCUMULATION_FILE = "accumulation_step.py"   # the cell's two classes in a job's run folder (cfg.accumulation_code)
 
 
-class MicroStep(nn.Cell):
-    """Forward + backward of one micro-batch; adds ``grad / K`` to the buffers; returns its loss."""
-
-    def __init__(self, net_with_loss: nn.Cell, params, buffers, accumulation_steps: int):
-        super().__init__(auto_prefix=False)
-        self.net_with_loss = net_with_loss
-        self.params = params
-        self.buffers = buffers
-        self.sens = 1.0 / accumulation_steps
-        self.grad = ops.GradOperation(get_by_list=True, sens_param=True)
-
-    def construct(self, images, labels):
-        loss = self.net_with_loss(images, labels)
-        sens = ops.fill(loss.dtype, loss.shape, self.sens)     # d(loss / K): backward starts at 1/K
-        grads = self.grad(self.net_with_loss, self.params)(images, labels, sens)
-        for buf, g in zip(self.buffers, grads):
-            ops.assign_add(buf, g)
-        return loss
+def step_code(cell_text: str) -> str:
+    """The accumulation step of a ``%%ranks`` cell's code: its imports, ``MicroStep`` and ``ApplyStep``."""
+    return definitions(cell_text, STEP_CLASSES)
 
 
-class ApplyStep(nn.Cell):
-    """Average the buffers across ranks (DATA_PARALLEL), apply the optimizer, zero the buffers."""
-
-    def __init__(self, optimizer: nn.Optimizer, buffers):
-        super().__init__(auto_prefix=False)
-        self.optimizer = optimizer
-        self.buffers = buffers
-        self.reduce = _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
-        self.reducer = nn.DistributedGradReducer(optimizer.parameters, mean=True) if self.reduce else None
-        self.done = ms.Tensor(1, ms.int32)
-
-    def construct(self):
-        grads = self.buffers
-        if self.reduce:
-            grads = self.reducer(grads)     # reads the buffers before the zeroing below (auto-monad order)
-        success = self.optimizer(grads)
-        for b in self.buffers:
-            ops.assign(b, ops.zeros_like(b))
-        return ops.depend(self.done, success)
+def step_classes(path: str = "") -> tuple[type, type]:
+    """``(MicroStep, ApplyStep)`` from the file ``path`` (relative to the run folder on a rank), or, with no path,
+    from chapter 02's code cell as committed (written once to a file named by its hash: GRAPH mode reads the
+    source of ``construct`` from a file)."""
+    if not path:
+        code = step_code(ranks_cell_body(code_root() / CHAPTER_02))
+        path = Path(tempfile.gettempdir()) / f"course_accumulation_{hashlib.sha256(code.encode()).hexdigest()[:16]}.py"
+        if not path.exists():
+            partial = path.with_suffix(f".{os.getpid()}.tmp")
+            partial.write_text(code)
+            partial.replace(path)                    # whole or absent: ranks may read it at the same time
+    return load_definitions(path, STEP_CLASSES)
 
 
 class AccumulatingTrainStep:
-    """``step(micro_batches)`` -> mean loss: K micro-steps then one reduce + update.
+    """``step(micro_batches)`` -> mean loss: K micro-steps then one reduce + update, with ``classes``
+    (``MicroStep``, ``ApplyStep``; default: ``step_classes()``). Buffers are Parameters named
+    ``accum.<param name>`` so they live outside the optimizer."""
 
-    Buffers are Parameters named ``accum.<param name>`` so they live outside the optimizer.
-    """
-
-    def __init__(self, net_with_loss: nn.Cell, optimizer: nn.Optimizer, accumulation_steps: int):
+    def __init__(self, net_with_loss, optimizer, accumulation_steps: int, classes: tuple | None = None):
+        micro_step, apply_step = classes or step_classes()
         params = optimizer.parameters
         self.buffers = ms.ParameterTuple(
             ms.Parameter(ops.zeros_like(p), name=f"accum.{p.name}", requires_grad=False) for p in params)
         self.k = accumulation_steps
-        self.micro = MicroStep(net_with_loss, params, self.buffers, accumulation_steps)
-        self.apply = ApplyStep(optimizer, self.buffers)
+        self.micro = micro_step(net_with_loss, params, self.buffers, accumulation_steps)
+        self.apply = apply_step(optimizer, self.buffers)
         self.micro.set_train()
         self.apply.set_train()
 

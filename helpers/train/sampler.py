@@ -27,13 +27,10 @@ SHARD_KINDS = ("contiguous", "distributed", "distributed_shuffle", "stratified")
 def sampler_class(spec: str) -> type:
     """The sampler class ``spec`` names, ``"file.py:Class"`` (the file relative to the run folder, where the ranks
     run): a stratified sampler written in a notebook cell, taken from it (``helpers.cells.program.definitions``)."""
-    import importlib.util
+    from helpers.cells.program import load_definitions
 
     path, name = spec.split(":")
-    found = importlib.util.spec_from_file_location(Path(path).stem, path)
-    module = importlib.util.module_from_spec(found)
-    found.loader.exec_module(module)
-    return getattr(module, name)
+    return load_definitions(path, [name])[0]
 
 
 class StratifiedDistributedSampler(ds.Sampler):
