@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.cells.program import CELL_FILE, definitions
+from helpers.cells.program import CELL_FILE
+from helpers.core.cell_source import definitions
 from helpers.core.config import config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import run_job

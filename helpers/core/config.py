@@ -35,8 +35,7 @@ ARCH_NAMES = tuple(ARCHS)                  # what helpers.train.models.build_mod
 STEMS = ("imagenet", "small")              # helpers.train.models.ResNet's stems
 CONV_IMPLS = ("auto", "native", "im2col")
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
-# comm_fusion: communication type -> its fusion modes (mindspore/parallel/_auto_parallel_context.py, 2.10:
-# _set_allreduce_comm_fusion takes auto/size/index, _set_allgather_comm_fusion auto/size for both others)
+# comm_fusion modes per communication type (_set_*_comm_fusion in mindspore/parallel/_auto_parallel_context.py)
 FUSION_MODES = {"allreduce": ("auto", "size", "index"), "allgather": ("auto", "size"),
                 "reducescatter": ("auto", "size")}
 INT_FIELDS = ("steps", "global_batch", "world_size", "accumulation_steps", "image_size", "seed", "dataset_workers",
@@ -88,9 +87,7 @@ class JobConfig:
     weight_decay: float = 1e-4
     steps: int = 4
     seed: int = 1
-    # set_auto_parallel_context(comm_fusion=...); {} (empty) leaves MindSpore's default: one AllReduce per
-    # gradient tensor. The CPU presets fuse them all ("auto": steps 1.6x faster, benchmarks/results/comm_fusion.json).
-    comm_fusion: dict | None = None
+    comm_fusion: dict | None = None           # set_auto_parallel_context's; {}: one AllReduce per gradient tensor
     # chapter switches (each read by the module that implements it)
     micro_batch: int | None = None            # per-rank micro-batch; None: the whole per-rank batch (no accumulation)
     accumulation_steps: int = 1               # micro-steps per optimizer step (helpers.train.grad_accumulation)

@@ -93,6 +93,10 @@ class CourseError(Exception):
     """Base class of every error the helpers raise on purpose."""
 
 
+class CellError(CourseError):
+    """A notebook cell cannot run on the ranks (syntax, an undefined or unpicklable name); nothing was launched."""
+
+
 class ConfigError(CourseError, ValueError):
     """A configuration value is invalid; the message names the field."""
 

@@ -22,9 +22,11 @@ from pathlib import Path
 import numpy as np
 
 import mindspore as ms
-from mindspore import ops
+from mindspore import nn
+from mindspore.context import ParallelMode
+from mindspore.parallel._utils import _get_parallel_mode
 
-from helpers.cells.program import definitions, load_definitions, ranks_cell_body
+from helpers.core.cell_source import definitions, load_definitions, ranks_cell_body
 from helpers.core.paths import code_root
 
 CHAPTER_02 = "notebooks/02_oom_gradient_accumulation.ipynb"
@@ -51,6 +53,13 @@ def step_classes(path: str = "") -> tuple[type, type]:
     return load_definitions(path, STEP_CLASSES)
 
 
+class NoReduce(nn.Cell):
+    """The gradient reducer of a single process: the gradients as they are (no ranks to average over)."""
+
+    def construct(self, grads):
+        return grads
+
+
 class AccumulatingTrainStep:
     """``step(micro_batches)`` -> mean loss: K micro-steps then one reduce + update, with ``classes``
     (``MicroStep``, ``ApplyStep``; default: ``step_classes()``). Buffers are Parameters named
@@ -59,11 +68,12 @@ class AccumulatingTrainStep:
     def __init__(self, net_with_loss, optimizer, accumulation_steps: int, classes: tuple | None = None):
         micro_step, apply_step = classes or step_classes()
         params = optimizer.parameters
-        self.buffers = ms.ParameterTuple(
-            ms.Parameter(ops.zeros_like(p), name=f"accum.{p.name}", requires_grad=False) for p in params)
+        self.buffers = params.clone(prefix="accum", init="zeros")
+        parallel = _get_parallel_mode() in (ParallelMode.DATA_PARALLEL, ParallelMode.HYBRID_PARALLEL)
+        reducer = nn.DistributedGradReducer(params, mean=True) if parallel else NoReduce()
         self.k = accumulation_steps
         self.micro = micro_step(net_with_loss, params, self.buffers, accumulation_steps)
-        self.apply = apply_step(optimizer, self.buffers)
+        self.apply = apply_step(optimizer, self.buffers, reducer)
         self.micro.set_train()
         self.apply.set_train()
 
@@ -72,7 +82,13 @@ class AccumulatingTrainStep:
             raise ValueError(f"expected {self.k} micro-batches (accumulation_steps), "
                              f"got {len(micro_batches)}")
         losses = [self.micro(images, labels) for images, labels in micro_batches]
-        done = self.apply()
-        # one host synchronisation per optimizer step, after the update (so a step's time is all of it)
-        done.asnumpy()
+        self.apply()
+        ms.runtime.synchronize()   # one host synchronisation per optimizer step, after the update
         return float(np.mean([loss.asnumpy() for loss in losses]))
+
+
+def accumulating_step(train_step, accumulation_steps: int, code: str = "") -> AccumulatingTrainStep:
+    """``train_step`` (a ``TrainOneStepCell``: its network with loss and optimizer) as K micro-steps + one update,
+    with the step classes of the file ``code`` (``step_classes``)."""
+    return AccumulatingTrainStep(train_step.network, train_step.optimizer, accumulation_steps, step_classes(code))
+

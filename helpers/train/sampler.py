@@ -26,8 +26,8 @@ SHARD_KINDS = ("contiguous", "distributed", "distributed_shuffle", "stratified")
 # ------------------------------------------------------------------------------------------- the sampler
 def sampler_class(spec: str) -> type:
     """The sampler class ``spec`` names, ``"file.py:Class"`` (the file relative to the run folder, where the ranks
-    run): a stratified sampler written in a notebook cell, taken from it (``helpers.cells.program.definitions``)."""
-    from helpers.cells.program import load_definitions
+    run): a stratified sampler written in a notebook cell, taken from it (``helpers.core.cell_source.definitions``)."""
+    from helpers.core.cell_source import load_definitions
 
     path, name = spec.split(":")
     return load_definitions(path, [name])[0]

@@ -215,10 +215,9 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     else:
         net, step = _build_train_step(cfg, num_classes)
     if cfg.accumulation_steps > 1:
-        from helpers.train.grad_accumulation import AccumulatingTrainStep, step_classes
+        from helpers.train.grad_accumulation import accumulating_step
 
-        step = AccumulatingTrainStep(step.network, step.optimizer, cfg.accumulation_steps,
-                                     step_classes(cfg.accumulation_code))
+        step = accumulating_step(step, cfg.accumulation_steps, cfg.accumulation_code)
     # every rank but 0 loads rank 0's compiled train step instead of compiling it at the same time
     out.write("graph_share", result=take_leader_graph(cfg, rank, world))
     if cfg.phase_samplers:   # chapter 01: one phase per sampler, one launch

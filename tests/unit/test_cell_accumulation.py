@@ -6,7 +6,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from helpers.cells.program import CELL_FILE, ranks_cell_body
+from helpers.cells.program import CELL_FILE
+from helpers.core.cell_source import ranks_cell_body
 from helpers.chapters.oom_accumulation import cell_step
 from helpers.core.config import job_config
 from helpers.core.errors import ConfigError

@@ -1,5 +1,5 @@
 """Chapter 01's stratified split is the class its code cell writes: taken out of the cell for the plan and the
-training jobs (``helpers.cells.program.definitions``), and what it gives each rank."""
+training jobs (``helpers.core.cell_source.definitions``), and what it gives each rank."""
 
 from pathlib import Path
 
@@ -7,7 +7,8 @@ import nbformat
 import numpy as np
 import pytest
 
-from helpers.cells.program import CELL_FILE, CellError, definitions
+from helpers.cells.program import CELL_FILE, CellError
+from helpers.core.cell_source import definitions
 from helpers.chapters import load_imbalance as chapter
 from helpers.core.config import job_config
 from helpers.job.launch import JobResult

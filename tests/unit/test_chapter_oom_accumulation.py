@@ -173,7 +173,7 @@ def test_on_a_card_the_chapter_reports_device_memory_not_rss(tmp_path, monkeypat
             "accumulated_capped": card_job(tmp_path / "acc", ch.base, device_peak=9000.0, rss_peak=5300.0),
             "grad_check": SimpleNamespace(summaries={0: summary(0), 1: summary(1)})}
 
-    def run_job(cfg, progress=None):
+    def run_job(cfg, progress=None, files=None):
         if cfg.name == "full_batch_capped":
             raise JobFailed("oom", "Device(id:0) memory isn't enough and alloc failed", rank=0)
         return jobs[cfg.name]
