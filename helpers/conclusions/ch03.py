@@ -87,6 +87,13 @@ def oom_claims(r: dict) -> list[Claim]:
               "with JobFailed kind '{kind}'.",
               "With {classes:,} classes, data parallel ({dp}) needed {dp_peak:.0f} MB per rank without a cap; under a "
               "{cap} MB cap it " + fail_text + ", not an out-of-memory failure.", **f),
+        claim("oom_hint_names_split", bool(o.get("hint_names_split")),
+              "The out-of-memory message named the classifier split as the fix, with the bytes it saves at mp=2 and "
+              "beyond; accumulation, which leaves the classifier's weights, gradient and momentum whole, was not "
+              "suggested.",
+              "The out-of-memory message did not name the classifier split as the fix.") if oom else
+        claim("oom_hint_names_split", None, "No out-of-memory message to read: the capped data-parallel job did not "
+              "run out of memory."),
         claim("hybrid_fits_under_cap", fits,
               "The {hyb} layout ({hb:,} bytes of classifier per rank) trained under the same {cap} MB cap, peaking at "
               "{hyb_peak:.0f} MB, {below:.0f} MB below it" + retried + ".",

@@ -23,17 +23,44 @@ def plan_job(cfg: JobConfig) -> JobConfig:
 
 
 def oom_hint(cfg: JobConfig) -> str:
-    """What to say when a rank ran out of memory: the batch it tried, the planner's estimate, the fix."""
+    """What to say when a rank ran out of memory: the batch it tried, the planner's estimate, the fix for what
+    filled the memory (``memory_levers``)."""
     text = (f"\n  the rank ran out of memory at per-rank batch {cfg.batch_per_rank} "
-            f"(micro-batch {cfg.micro_batch_size} x {cfg.accumulation_steps}), cap {cfg.mem_cap_mb} MB")
+            f"(micro-batch {cfg.micro_batch_size} x {cfg.accumulation_steps})"
+            + (f", cap {cfg.mem_cap_mb} MB" if cfg.mem_cap_mb else ""))
     try:
         from helpers.core.memory_planner import estimate
+        from helpers.job.host_memory import num_classes
 
-        est = estimate(cfg.arch, cfg.micro_batch_size, cfg.image_size, num_classes=10 if cfg.stem == "small" else 1000,
-                       width=cfg.width, stem=cfg.stem, conv_impl=cfg.conv_impl)
-        text += f"; the planner estimates {est.total_bytes / 2**20:.0f} MB for this micro-batch"
+        est = estimate(cfg.arch, cfg.micro_batch_size, cfg.image_size, num_classes=num_classes(cfg),
+                       width=cfg.width, stem=cfg.stem,
+                       conv_impl="native" if cfg.conv_impl == "auto" else cfg.conv_impl)
     except Exception:  # noqa: BLE001 - the hint must never hide the real error
-        pass
-    return text + ("\n  hint: keep the global batch and split it, e.g. micro_batch="
-                   f"{max(1, cfg.micro_batch_size // 4)}, accumulation_steps={cfg.accumulation_steps * 4} "
-                   "(helpers.core.memory_planner.plan_accumulation picks them for a memory budget)")
+        return text + "\n  hint: " + ACCUMULATE.format(micro=max(1, cfg.micro_batch_size // 4),
+                                                       k=cfg.accumulation_steps * 4)
+    return text + memory_levers(est, cfg.world_size, cfg.micro_batch_size, cfg.accumulation_steps)
+
+
+ACCUMULATE = ("keep the global batch and split it, e.g. micro_batch={micro}, accumulation_steps={k} "
+              "(helpers.core.memory_planner.plan_accumulation picks them for a memory budget)")
+
+
+def memory_levers(est, world: int, micro: int, k: int) -> str:
+    """The planner's split of ``est`` (batch-sized activations against the model's state) and the lever for the
+    larger: accumulation shrinks only activations; splitting the classifier (chapter 03) or sharding the optimizer
+    state shrinks the state, by the bytes named."""
+    mb = lambda b: f"{b / 2**20:.0f} MB"  # noqa: E731
+    act, state = est.activation_bytes + est.workspace_bytes, est.model_state_bytes
+    text = (f"; the planner estimates {mb(est.total_bytes)} for this micro-batch: {mb(act)} activations, "
+            f"{mb(state)} weights, gradients and optimizer state")
+    if act >= state:
+        return text + "\n  hint: " + ACCUMULATE.format(micro=max(1, micro // 4), k=k * 4)
+    per_param = (est.param_bytes + est.grad_bytes + est.optimizer_bytes) / max(est.param_count, 1)
+    head = sum(r.params for r in est.layers if r.kind == "fc") * per_param
+    n = max(world, 2)
+    return text + (
+        "\n  hint: the model's state, not the batch, fills the memory, and accumulation does not shrink it. "
+        f"Split the classifier over model-parallel ranks (chapter 03's strategy file): each keeps 1/mp of its "
+        f"{mb(head)}, saving {mb(head / 2)} at mp=2 and {mb(head * (1 - 1 / n))} at mp={n}; or shard the optimizer "
+        f"state over the data-parallel ranks (enable_parallel_optimizer=True, semi-auto parallel on Ascend/GPU): "
+        f"saving {mb(est.optimizer_bytes * (1 - 1 / n))} at {n} ranks")

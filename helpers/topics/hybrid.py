@@ -174,6 +174,7 @@ def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: i
             "error_kind": error.kind if error else None,
             "hybrid_error_kind": hyb_error.kind if hyb_error else None, "hybrid_failed_tries": failed_tries,
             "dp_oom_reproduced": error is not None and error.kind == "oom", "hybrid_fits_under_cap": bool(fits),
+            "hint_names_split": error is not None and "Split the classifier" in str(error),
             "error": error, "hybrid_error": hyb_error, "hybrid_result": hyb}
 
 

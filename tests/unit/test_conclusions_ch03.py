@@ -21,7 +21,8 @@ def ci_results():
         merged_checkpoint_max_diff=0.0, resumed_on_layout="2x4", bad_strategy_rejected=True,
         oom=dict(num_classes=400000, dp_layout="8x1", hybrid_layout="4x2", cap_mb=3312,
                  dp_vms_peak_mb=3411.9, hybrid_vms_peak_mb=3220.4, margin_above_mb=99.9, margin_below_mb=91.6,
-                 error_kind="oom", dp_classifier_bytes=104000000, hybrid_classifier_bytes=52000000),
+                 error_kind="oom", dp_classifier_bytes=104000000, hybrid_classifier_bytes=52000000,
+                 hint_names_split=True),
         dp_oom_reproduced=True, hybrid_fits_under_cap=True,
     )
 
@@ -42,7 +43,7 @@ def test_ci_run_has_enough_claims_none_failed_and_records_as_json():
     assert failed(recs) == []
     json.dumps(recs)
     mechanisms = {"hybrid_equals_reference", "classifier_bytes_divided_by_mp", "merged_checkpoint_identical",
-                  "bad_strategy_rejected", "dp_oom_under_cap", "hybrid_fits_under_cap"}
+                  "bad_strategy_rejected", "dp_oom_under_cap", "oom_hint_names_split", "hybrid_fits_under_cap"}
     assert {c.id for c in claims if c.holds is True} == mechanisms
     assert by_id(ci_results())["throughput_same_path"].holds is None
 
@@ -89,6 +90,9 @@ def test_oom_claims_both_outcomes():
     assert "not an out-of-memory failure" in crash.text
     finished = by_id(changed(dp_oom_reproduced=False, oom__error_kind=None))["dp_oom_under_cap"]
     assert finished.holds is False and "it finished, not an out-of-memory failure" in finished.text
+    assert ok["oom_hint_names_split"].holds is True and "accumulation" in ok["oom_hint_names_split"].text
+    assert by_id(changed(oom__hint_names_split=False))["oom_hint_names_split"].holds is False
+    assert by_id(changed(dp_oom_reproduced=False, oom__error_kind=None))["oom_hint_names_split"].holds is None
     nofit = by_id(changed(hybrid_fits_under_cap=False, oom__hybrid_vms_peak_mb=3400.0))["hybrid_fits_under_cap"]
     assert nofit.holds is False and "did not fit under the same 3312 MB cap (peak 3400 MB)" in nofit.text
 
