@@ -263,7 +263,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     finally:
         unregister(job_id)
     wall = time.monotonic() - t0
-    launcher.stop(job_id, STOP_AFTER_FINISH_S)   # nothing of the job may outlive the call
+    launcher.finish(job_id, STOP_AFTER_FINISH_S)   # nothing of the job may outlive the call
     bar.close(f"finished in {wall:.1f} s")
     result = load_result(run_dir, 0, wall)
     log.info("job %s finished in %.1f s", run_dir, wall)

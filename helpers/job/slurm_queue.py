@@ -127,6 +127,20 @@ def node_trouble(fields: dict[str, str]) -> str | None:
     return state if flags else None
 
 
+def parse_partition_cpus(stdout: str, partition: str | None) -> tuple[str, list[int]]:
+    """``sinfo -h -N -o '%N|%c|%P'`` rows -> (the partition, its nodes' CPU counts); None: the default one (``*``)."""
+    rows = [line.strip().split("|") for line in stdout.splitlines() if line.count("|") == 2]
+    if partition is None:
+        partition = next((p.rstrip("*") for _, _, p in rows if p.endswith("*")), "")
+    cpus = {n: int(c) for n, c, p in rows if p.rstrip("*") == partition and c.isdigit()}
+    return partition, list(cpus.values())
+
+
+def partition_cpus(partition: str | None) -> tuple[str, list[int]]:
+    """The partition's name and its nodes' CPU counts as sinfo reports them (empty when sinfo does not say)."""
+    return parse_partition_cpus(_call("sinfo", "-h", "-N", "-o", "%N|%c|%P").stdout, partition)
+
+
 def scancel(job_id: str) -> None:
     """Ask Slurm to end the job (SIGTERM to its steps, SIGKILL after the cluster's KillWait)."""
     _call("scancel", job_id)

@@ -6,7 +6,7 @@ import shlex
 from pathlib import Path
 
 from helpers.core.config import JobConfig
-from helpers.core.slurm_settings import sbatch_options
+from helpers.core.slurm_settings import cpus_per_node, sbatch_options
 from helpers.job.msrun import msrun_command
 
 LEASE_S = 30            # the notebook renews the lease every LEASE_RENEW_S; older than this, the job cancels itself
@@ -37,16 +37,21 @@ def batch_script(cfg: JobConfig, run_dir: Path, config_path: Path, msrun: str, p
     """The whole ``sbatch`` script of a job (``cfg.slurm`` gives its options; ranks per node = local_workers)."""
     slurm_dir = run_dir / SLURM_SUBDIR
     q = shlex.quote
-    options = "\n".join(f"#SBATCH {o}" for o in [f"--job-name=course-{cfg.name}", *sbatch_options(cfg.slurm),
+    asked = sbatch_options(cfg.slurm, cfg.local_workers, cfg.threads_per_rank, cfg.device_target)
+    options = "\n".join(f"#SBATCH {o}" for o in [f"--job-name=course-{cfg.name}", *asked,
                                                   f"--output={slurm_dir}/batch-%j.log", "--no-requeue"])
     nodes = cfg.slurm.get("nodes", 1)
+    cpus = cpus_per_node(cfg.slurm, cfg.local_workers, cfg.threads_per_rank)
     return f"""#!/bin/bash
 {options}
 # Written by helpers.job.launchers.slurm: {cfg.world_size} ranks = {nodes} node(s) x {cfg.local_workers}.
 SLURM_DIR={q(str(slurm_dir))}
 LEASE="$SLURM_DIR/lease"
 # The notebook renews $LEASE every {LEASE_RENEW_S:.0f} s; when it stops (a dead kernel) the job cancels itself.
-( while sleep {LEASE_CHECK_S}; do
+# Its sleep is waited for, so the TERM sent when the ranks are done ends it at once and leaves no sleep behind.
+( trap 'kill $NAP 2>/dev/null; exit 0' TERM
+  while :; do
+    sleep {LEASE_CHECK_S} & NAP=$!; wait $NAP
     age=$(( $(date +%s) - $(stat -c %Y "$LEASE" 2>/dev/null || echo 0) ))
     if [ "$age" -gt {LEASE_S} ]; then
       echo "lease not renewed for $age s: the notebook that submitted this job is gone" > "$SLURM_DIR/lease_expired"
@@ -69,8 +74,11 @@ echo "{token} $SLURMD_NODENAME $(hostname)" > {q(str(slurm_dir))}/node_$SLURM_NO
 cd {q(str(run_dir))}
 exec {node_command(cfg, run_dir, config_path, msrun, worker)} > {q(str(run_dir))}/msrun$SLURM_NODEID.log 2>&1
 NODE
-srun --nodes={nodes} --ntasks-per-node=1 --kill-on-bad-exit=1 bash -c "$NODE_SCRIPT"
+# The step's task takes the node's whole share (srun of Slurm 22.05 does not inherit --cpus-per-task).
+srun --nodes={nodes} --ntasks-per-node=1 --cpus-per-task={cpus} --kill-on-bad-exit=1 bash -c "$NODE_SCRIPT"
 code=$?
 kill $LEASE_WATCH 2>/dev/null
+wait $LEASE_WATCH 2>/dev/null
+# Ranks done: the job ends by itself with srun's exit code (0 when every msrun exited 0; sacct: COMPLETED).
 exit $code
 """

@@ -189,7 +189,8 @@ class JobWatch:
 
     def signs(self) -> bool:
         """Any sign that the job failed: a failure record, a rank or the scheduler exiting badly, a vanished rank."""
-        return bool(self.failures or self.rank_exits() or "scheduler" in self.exits or any(
+        scheduler = self.exits.get("scheduler", {}).get("reason") not in (None, "after_summary")
+        return bool(self.failures or self.rank_exits() or scheduler or any(
             time.monotonic() - t >= VANISH_GRACE_S for t in self.vanished.values()))
 
     def verdict(self, final: bool = False) -> Verdict | None:

@@ -17,6 +17,9 @@ from helpers.job.multinode import free_subnet, host_routes
 
 DAEMONS = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "sinfo", "scancel", "scontrol", "nsenter", "ip")
 START_TIMEOUT_S = 60.0
+# CPUs each node declares (SlurmdParameters=config_overrides: the nodes share this machine's cores anyway): the most
+# ranks per node a test runs at one thread each
+NODE_CPUS = 4
 
 
 def slurm_unavailable() -> str | None:
@@ -52,7 +55,8 @@ class Node:
 
 @dataclass
 class SlurmCluster:
-    """``nodes`` slurmd nodes; partitions ``course`` (all nodes) and ``one`` (the first node, one job at a time)."""
+    """``nodes`` slurmd nodes of NODE_CPUS CPUs; partitions ``course`` (all nodes), ``one`` (the first node, one job at
+    a time) and ``plain`` (the first node, shared by jobs as its CPUs allow, as a site's partition usually is)."""
     nodes: list[Node] = field(default_factory=list)
     root: Path = None
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -103,6 +107,14 @@ class SlurmCluster:
 
     def our_jobs(self) -> list[str]:
         return [x for x in _run("squeue", "-h", "-o", "%i", check=False).stdout.split()]
+
+    def completion(self, job_id: str) -> dict[str, str]:
+        """The job's completion record (``sacct -c``, read from JobCompType=jobcomp/filetxt): State, ExitCode, Start,
+        End; {} before Slurm wrote it."""
+        fields = ("State", "ExitCode", "Start", "End")
+        out = _run("sacct", "-c", "-n", "-P", "-j", job_id, "-o", ",".join(("JobID",) + fields), check=False).stdout
+        rows = [line.split("|") for line in out.splitlines() if line.split("|")[0] == job_id]
+        return dict(zip(fields, rows[-1][1:])) if rows else {}
 
     def workers_in_namespaces(self) -> list[int]:
         """Pids of every process in one of the nodes' network namespaces (slurmd, slurmstepd, the job's tasks)."""
@@ -169,16 +181,19 @@ MessageTimeout=5
 KillWait=5
 InactiveLimit=0
 MinJobAge=300
+JobCompType=jobcomp/filetxt
+JobCompLoc={root}/jobcomp.txt
+SlurmdParameters=config_overrides
 MpiDefault=none
 {nodes}
 PartitionName=course Nodes={all_nodes} Default=YES MaxTime=INFINITE State=UP
 PartitionName=one Nodes={first} MaxTime=INFINITE State=UP OverSubscribe=EXCLUSIVE
+PartitionName=plain Nodes={first} MaxTime=INFINITE State=UP
 """
 
 
 def _write_conf(cluster: SlurmCluster, munge_socket: Path) -> None:
-    cpus = os.cpu_count() or 1
-    nodes = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={cpus} State=UNKNOWN"
+    nodes = "\n".join(f"NodeName={n.name} NodeAddr={n.addr} NodeHostname={n.name} CPUs={NODE_CPUS} State=UNKNOWN"
                       for n in cluster.nodes)
     (cluster.root / "state").mkdir()
     for n in cluster.nodes:

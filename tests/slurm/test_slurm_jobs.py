@@ -23,7 +23,9 @@ def test_two_nodes_of_four_ranks_end_with_the_weights_of_the_local_eight_rank_jo
     local = run_job(cfg, progress="none", run_root=tmp_path / "local")
     t0 = time.monotonic()
     slurm = run_job(on_slurm(cfg), progress="text", run_root=tmp_path / "slurm")
-    print(f"2 x 4 ranks through Slurm: {time.monotonic() - t0:.1f} s (local {local.wall_s:.1f} s)")
+    after_summaries = time.time() - max(x["time"] for x in slurm.summaries.values())
+    print(f"2 x 4 ranks through Slurm: {time.monotonic() - t0:.1f} s (local {local.wall_s:.1f} s); returned "
+          f"{after_summaries:.1f} s after the last summary, once the job had ended by itself")
     assert slurm.ranks == list(range(8)) and slurm.weights_identical
     assert slurm.summaries[0]["checksum"] == local.summaries[0]["checksum"]
     assert (slurm.metric("loss") == local.metric("loss")).all()
@@ -31,6 +33,35 @@ def test_two_nodes_of_four_ranks_end_with_the_weights_of_the_local_eight_rank_jo
     tokens = sorted((slurm.run_dir / "slurm").glob("node_*"))
     assert [t.read_text().split()[1] for t in tokens] == ["n1", "n2"], "each node wrote its token"
     assert not left(marker)
+    ended_clean(cluster, slurm.run_dir)
+
+
+def slurm_job_id(run_dir) -> str:
+    """The Slurm job id of a run (its batch log is ``<run_dir>/slurm/batch-<id>.log``)."""
+    from pathlib import Path
+
+    return next((Path(run_dir) / "slurm").glob("batch-*.log")).stem.split("-")[1]
+
+
+def ended_clean(cluster, run_dir) -> dict:
+    """A finished job ended by itself: Slurm's completion record (``sacct -c``) and ``scontrol`` say COMPLETED with
+    exit 0, and its batch log has no CANCELLED line; returns the completion record."""
+    import subprocess
+    from pathlib import Path
+
+    job = slurm_job_id(run_dir)
+    deadline = time.time() + 10
+    while not cluster.completion(job) and time.time() < deadline:
+        time.sleep(0.2)
+    record = cluster.completion(job)
+    shown = subprocess.run(["scontrol", "-o", "show", "job", job], capture_output=True, text=True).stdout
+    batch_log = (Path(run_dir) / "slurm" / f"batch-{job}.log").read_text(errors="replace")
+    print(f"Slurm job {job}: sacct -c {record}; scontrol "
+          f"{' '.join(w for w in shown.split() if w.startswith(('JobState=', 'ExitCode=')))}")
+    assert record.get("State") == "COMPLETED" and record.get("ExitCode") == "0:0", record
+    assert "JobState=COMPLETED" in shown and "ExitCode=0:0" in shown, shown
+    assert "CANCELLED" not in batch_log and "error" not in batch_log.lower(), batch_log
+    return record
 
 
 def small(ci_config, **changes):
@@ -202,8 +233,9 @@ QUEUED_SUBMITTER = """
 import json, sys
 from helpers.core.config import job_config
 from helpers.job.launch import run_job
+more = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 cfg = job_config("ci", name=sys.argv[2], chapter="tests", world_size=2, global_batch=16, steps=2, conv_impl="im2col",
-                 timeout_s=400.0, launcher="slurm", slurm={"nodes": 1, "partition": "one"})
+                 timeout_s=400.0, launcher="slurm", **{"slurm": {"nodes": 1, "partition": "one"}, **more})
 res = run_job(cfg, progress="text", run_root=sys.argv[1])
 print("RESULT " + json.dumps(dict(checksum=res.summaries[0]["checksum"], run_dir=str(res.run_dir))))
 """
@@ -262,3 +294,48 @@ def test_a_node_that_cannot_see_the_run_directory_is_named(cluster, ci_config, t
         no_leftovers(cluster, marker)
     finally:
         cluster.restart_slurmd(cluster.nodes[1])
+
+
+def test_two_jobs_that_together_exceed_a_plain_partitions_node_run_one_after_the_other(cluster, standin, tmp_path,
+                                                                                        marker):
+    """Partition ``plain`` shares n1 (4 CPUs) between jobs; each job asks 2 ranks x 2 threads = 4 CPUs, so Slurm
+    runs the second only once the first has ended (each ends by itself: COMPLETED)."""
+    import json
+    import subprocess
+    import sys
+    from datetime import datetime
+    from pathlib import Path
+
+    repo = Path(__file__).parents[2]
+    more = json.dumps({"threads_per_rank": 2, "slurm": {"nodes": 1, "partition": "plain"}})
+    procs = [subprocess.Popen([sys.executable, "-c", QUEUED_SUBMITTER, str(tmp_path / f"user{i}"), f"user{i}", more],
+                              cwd=repo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for i in range(2)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n\n".join(outs)
+    runs = [json.loads(next(line for line in out.splitlines() if line.startswith("RESULT "))[7:])["run_dir"]
+            for out in outs]
+    assert all("#SBATCH --cpus-per-task=4" in (Path(r) / "slurm" / "batch.sh").read_text() for r in runs)
+    records = [ended_clean(cluster, r) for r in runs]
+    slurm_spans = sorted((datetime.fromisoformat(x["Start"]), datetime.fromisoformat(x["End"])) for x in records)
+    rank_spans = sorted(run_interval(r) for r in runs)
+    print("Slurm start-end: " + ", ".join(f"{a:%H:%M:%S}-{b:%H:%M:%S}" for a, b in slurm_spans)
+          + "; ranks' records: " + ", ".join(f"{a:.1f}-{b:.1f}" for a, b in rank_spans))
+    print("\n".join(line for out in outs for line in out.splitlines() if "PENDING" in line)[:600])
+    assert slurm_spans[0][1] <= slurm_spans[1][0], f"Slurm ran them together: {slurm_spans}"
+    assert rank_spans[0][1] <= rank_spans[1][0], f"their ranks overlapped: {rank_spans}"
+    assert any("PENDING (Resources)" in out for out in outs), "the second waited for the first's CPUs"
+    no_leftovers(cluster, marker)
+
+
+def test_a_job_asking_more_cpus_than_a_node_has_is_refused_in_one_line(cluster, ci_config, tmp_path, marker):
+    from helpers.core.errors import ConfigError
+
+    cfg = ci_config.replace(world_size=2, global_batch=16, threads_per_rank=4, conv_impl="im2col", launcher="slurm",
+                            slurm={"nodes": 1, "partition": "plain"})
+    with pytest.raises(ConfigError) as info:
+        run_job(cfg, progress="none", run_root=tmp_path)
+    print(f"8 CPUs asked of a 4-CPU node: {info.value}")
+    assert "\n" not in str(info.value) and "asks 8 CPUs" in str(info.value) and "at most 4" in str(info.value)
+    assert "slurm['cpus_per_node']" in str(info.value)
+    no_leftovers(cluster, marker)

@@ -53,3 +53,31 @@ def test_a_process_start_is_read_after_boot_so_a_clock_step_cannot_move_it():
                                               f"print(process_start({os.getpid()}))"],
                           capture_output=True, text=True, check=True).stdout
     assert float(seen) == here
+
+
+SEGV_AFTER = """
+import json, os, signal, sys
+from pathlib import Path
+run_dir = Path(sys.argv[-1]).parent
+if sys.argv[1] == "summary":
+    (run_dir / "metrics").mkdir(exist_ok=True)
+    (run_dir / "metrics" / "rank_0.jsonl").write_text(json.dumps({"event": "summary", "rank": 0}) + "\\n")
+os.kill(os.getpid(), signal.SIGSEGV)
+"""
+
+
+def test_a_rank_killed_by_a_signal_after_its_summary_exits_0_and_before_it_does_not(tmp_path):
+    """MindSpore's teardown may crash after the work is done: the guard keeps the record, the job's exit code is 0
+    (a batch scheduler then records the job COMPLETED); the same signal before the summary is the rank's failure."""
+    cfg = JobConfig(name="guard", world_size=1, global_batch=8).save(tmp_path / "config.json")
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("MS_", "RANK_", "COURSE_LAUNCHER"))}
+
+    def run(when):
+        return subprocess.run([sys.executable, "-m", "helpers.job.rank_guard", str(cfg), "-c", SEGV_AFTER, when],
+                              env={**clean, "RANK_ID": "0"}, capture_output=True, timeout=120)
+    assert run("summary").returncode == 0
+    rec = json.loads(exit_record_path(tmp_path, "0").read_text())
+    assert rec["signal"] == "SIGSEGV" and rec["reason"] == "after_summary"
+    (tmp_path / "metrics" / "rank_0.jsonl").unlink()
+    assert run("before").returncode == 128 + 11
+    assert json.loads(exit_record_path(tmp_path, "0").read_text())["reason"] == "exited"

@@ -7,8 +7,9 @@ import pytest
 
 from helpers.core.config import job_config
 from helpers.core.errors import ConfigError
-from helpers.core.slurm_settings import sbatch_options, slurm_problem
-from helpers.job.slurm_queue import (JobState, node_trouble, parse_node, parse_sbatch, parse_squeue, place_in)
+from helpers.core.slurm_settings import cpus_per_node, sbatch_options, slurm_problem, too_few_cpus
+from helpers.job.slurm_queue import (JobState, node_trouble, parse_node, parse_partition_cpus, parse_sbatch,
+                                     parse_squeue, place_in)
 from helpers.job.slurm_script import LEASE_S, batch_script, node_command
 
 
@@ -16,7 +17,9 @@ def test_slurm_settings_are_checked_by_field():
     assert job_config("ci", launcher="slurm", slurm=dict(nodes=2, partition="gpu")).local_workers == 8
     for bad, text in ((dict(nodes=3), "must divide world_size=8"), (dict(node=2), "unknown keys ['node']"),
                       (dict(partition="a b"), "plain word"), (dict(time_limit="1h"), "Slurm's format"),
-                      (dict(extra_args="--exclusive"), "list of sbatch options")):
+                      (dict(extra_args="--exclusive"), "list of sbatch options"),
+                      (dict(cpus_per_node=0), "cpus_per_node must be a positive int"),
+                      (dict(exclusive="yes"), "exclusive must be True or False")):
         with pytest.raises(ConfigError) as info:
             job_config("ci", launcher="slurm", slurm=bad)
         assert info.value.fields == ["slurm"] and text in str(info.value), str(info.value)
@@ -28,9 +31,34 @@ def test_slurm_settings_are_checked_by_field():
 
 def test_sbatch_options_in_a_fixed_order():
     assert sbatch_options(dict(nodes=2, gres="gpu:8", partition="p", time_limit="00:10:00", account="a",
-                               extra_args=["--exclusive"])) == [
-        "--nodes=2", "--ntasks-per-node=1", "--partition=p", "--gres=gpu:8", "--time=00:10:00", "--account=a",
-        "--exclusive"]
+                               extra_args=["--qos=w"])) == [
+        "--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=1", "--partition=p", "--gres=gpu:8", "--time=00:10:00",
+        "--account=a", "--qos=w"]
+
+
+def test_sbatch_asks_each_nodes_cpus_its_cards_and_whole_nodes_only_when_told():
+    """CPUs per node = ranks per node x threads per rank (one task holding them), so jobs sharing a partition do not
+    overbook a node; on GPU one card per rank unless gres says otherwise; --exclusive is opt-in."""
+    assert sbatch_options(dict(nodes=2), 4, 2) == ["--nodes=2", "--ntasks-per-node=1", "--cpus-per-task=8"]
+    assert sbatch_options({}, 8, 8, "GPU") == ["--nodes=1", "--ntasks-per-node=1", "--cpus-per-task=64",
+                                               "--gres=gpu:8"]
+    assert "--gres=gpu:4" in sbatch_options(dict(gres="gpu:4"), 8, 1, "GPU")
+    assert not any(o.startswith("--gres") for o in sbatch_options({}, 8, 1, "Ascend"))
+    assert sbatch_options(dict(cpus_per_node=2), 8, 1)[2] == "--cpus-per-task=2"   # 8 ranks sharing 2 CPUs, as asked
+    assert sbatch_options(dict(exclusive=True), 2)[-1] == "--exclusive"
+    assert "--exclusive" not in sbatch_options(dict(exclusive=False), 2)
+    assert cpus_per_node({}, 4, 3) == 12 and cpus_per_node(dict(cpus_per_node=5), 4, 3) == 5
+
+
+def test_a_job_no_node_has_the_cpus_for_is_refused_in_one_line_naming_the_setting():
+    rows = "n1|4|course*\nn2|8|course*\nn1|4|one\nn3|64|big\n"
+    assert parse_partition_cpus(rows, None) == ("course", [4, 8])
+    assert parse_partition_cpus(rows, "big") == ("big", [64]) and parse_partition_cpus("", "x") == ("x", [])
+    assert too_few_cpus(8, "course", [4, 8], 1) is None
+    why = too_few_cpus(8, "course", [4, 8], 2)
+    assert "\n" not in why and "asks 8 CPUs on each of 2 node(s)" in why and "at most 8" in why
+    assert "threads_per_rank" in why and "slurm['cpus_per_node']" in why
+    assert "Slurm refused it" in too_few_cpus(8, "p", [], 1)
 
 
 def test_squeue_sbatch_and_scontrol_outputs_parse():
@@ -62,7 +90,13 @@ def test_each_node_runs_msrun_with_its_slurm_node_id_and_the_first_nodes_address
     assert "#SBATCH --nodes=2" in script and "#SBATCH --partition=one" in script and "#SBATCH --gres=gpu:8" in script
     assert "NodeAddr=" in script and "SLURM_JOB_NODELIST" in script and "scancel \"$SLURM_JOB_ID\"" in script
     assert f'-gt {LEASE_S} ]' in script and "TOKEN123" in script
-    assert "srun --nodes=2 --ntasks-per-node=1" in script
+    assert "srun --nodes=2 --ntasks-per-node=1 --cpus-per-task=4" in script and "#SBATCH --cpus-per-task=4" in script
+
+
+def test_a_clean_batch_script_ends_by_itself_and_cancels_only_on_an_expired_lease(tmp_path):
+    _, script = script_for(tmp_path)
+    assert script.count("scancel") == 1 and script.index("scancel") < script.index("srun ")
+    assert script.rstrip().endswith("exit $code") and "wait $LEASE_WATCH" in script
 
 
 def test_the_batch_script_is_valid_bash(tmp_path):

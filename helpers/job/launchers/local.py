@@ -69,5 +69,9 @@ class LocalLauncher:
         """Where ``rank`` ran, for a failure message ("" on one machine)."""
         return ""
 
+    def finish(self, job_id: str, grace_s: float) -> None:
+        """Every rank is done: end MindSpore's idle teardown now (msrun's SIGINT, then the sweep)."""
+        self.stop(job_id, grace_s)
+
     def stop(self, job_id: str, grace_s: float) -> None:
         stop_job(self.procs, job_id, grace_s=grace_s)

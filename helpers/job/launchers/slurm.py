@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -12,11 +13,12 @@ import psutil
 
 from helpers.core.config import JobConfig
 from helpers.core.errors import ConfigError
+from helpers.core.slurm_settings import cpus_per_node, too_few_cpus
 from helpers.job.msrun import find_msrun, job_env
 from helpers.job.processes import JOB_ID_ENV, job_workers, kill_processes_with_env
 from helpers.job.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
-from helpers.job.slurm_queue import (hostnames, job_state, node_fields, node_trouble, queue_place, sbatch, scancel,
-                                     slurm_unreachable)
+from helpers.job.slurm_queue import (hostnames, job_state, node_fields, node_trouble, partition_cpus, queue_place,
+                                     sbatch, scancel, slurm_unreachable)
 from helpers.job.slurm_script import LEASE_RENEW_S, SLURM_SUBDIR, batch_script
 from helpers.job.watch import RANK_GUARD, Verdict, runs_module
 
@@ -24,6 +26,13 @@ QUERY_S = 1.0           # how often squeue / scontrol are asked (a room of noteb
 NODES_EVERY_S = 2.0     # how often the job's nodes' health is read
 SHARED_FS_WAIT_S = 30.0  # running this long without every node's token: the run directory is not shared
 END_WAIT_S = 120.0      # after scancel, how long to wait for Slurm to report the job ended
+FINISH_WAIT_S = 60.0    # every summary written: how long the job may take to end by itself before scancel
+FINISH_POLL_S = 0.3
+# sbatch's words when a site enforces partition limits (EnforcePartLimits) and no node has the CPUs asked
+CPU_REFUSALS = ("More processors requested than permitted", "Requested node configuration is not available",
+                "CPU count per node can not be satisfied")
+
+log = logging.getLogger(__name__)
 
 
 def script_preview(cfg: JobConfig, run_dir: Path, worker: tuple[str, ...] = (), bin_dir=None) -> str:
@@ -74,12 +83,29 @@ class SlurmLauncher:
         self._job_marker = env[JOB_ID_ENV]
         self.slurm_dir.mkdir(exist_ok=True)
         self.partition = cfg.slurm.get("partition")
+        self.check_cpus(cfg)
         script = self.slurm_dir / "batch.sh"
         script.write_text(batch_script(cfg, run_dir, config_path, self.msrun, self.python, self.token, self.worker))
         (self.slurm_dir / "lease").touch()
         threading.Thread(target=self._renew_lease, daemon=True).start()
         self.submitted = time.monotonic()
-        self.job_id = sbatch(str(script), env, run_dir)
+        try:
+            self.job_id = sbatch(str(script), env, run_dir)
+        except RuntimeError as exc:                 # a site that enforces partition limits refuses at submit time
+            if not any(text in str(exc) for text in CPU_REFUSALS):
+                raise
+            asked = cpus_per_node(cfg.slurm, cfg.local_workers, cfg.threads_per_rank)
+            why = too_few_cpus(asked, self.partition or "(default)", [], cfg.slurm.get("nodes", 1))
+            raise ConfigError(f"{why} ({str(exc).splitlines()[-1]})") from None
+
+    def check_cpus(self, cfg: JobConfig) -> None:
+        """Refuse, in one line, a job whose CPUs per node no node of its partition has (Slurm would keep it pending
+        with reason PartitionConfig, or refuse it when the site enforces partition limits)."""
+        partition, node_cpus = partition_cpus(self.partition)
+        asked = cpus_per_node(cfg.slurm, cfg.local_workers, cfg.threads_per_rank)
+        problem = too_few_cpus(asked, partition, node_cpus, cfg.slurm.get("nodes", 1)) if node_cpus else None
+        if problem:
+            raise ConfigError(problem)
 
     def _renew_lease(self) -> None:
         while not self._lease_stop.wait(LEASE_RENEW_S):
@@ -183,6 +209,19 @@ class SlurmLauncher:
         if rank is None or not self.nodes:
             return ""
         return f"node {self.nodes[min(rank // self.local, len(self.nodes) - 1)]}"
+
+    def finish(self, job_id: str, grace_s: float) -> None:
+        """Every rank is done: let the job end by itself (exit 0, COMPLETED, not CANCELLED); scancel only a job that
+        has not ended after FINISH_WAIT_S, or when interrupted while waiting."""
+        try:
+            deadline = time.monotonic() + FINISH_WAIT_S
+            while not self._ended_now() and time.monotonic() < deadline:
+                time.sleep(FINISH_POLL_S)
+            if not self._ended_now():
+                log.warning("Slurm job %s did not end %.0f s after its ranks finished: cancelled", self.job_id,
+                            FINISH_WAIT_S)
+        finally:
+            self.stop(job_id, grace_s)
 
     def stop(self, job_id: str, grace_s: float) -> None:
         """scancel, then wait until Slurm reports the job ended; then end what of it is visible here."""
