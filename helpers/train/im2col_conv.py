@@ -82,12 +82,13 @@ class Im2ColConv2d(nn.Cell):
         else:
             cols = ops.unfold(x, self._k, 1, self._p, self._s)            # (N, C*k*k, L)
         rows, positions = c * self._k * self._k, ho * wo
+        w = ops.cast(self.weight, cols.dtype)      # under AMP its backward returns the float32 gradient
         if self._fold and folds_batch(self.out_channels, rows, positions):   # static shapes: decided when compiling
             cols = ops.transpose(cols, (1, 0, 2)).reshape(1, rows, n * positions)              # (1, K, N*L)
-            out = self.times(self.weight, cols)                                    # (1, O, N*L)
+            out = self.times(w, cols)                                              # (1, O, N*L)
             out = ops.transpose(out.reshape(self.out_channels, n, positions), (1, 0, 2))        # (N, O, L)
         else:
-            out = self.times(self.weight, cols)                                    # (N, O, L)
+            out = self.times(w, cols)                                              # (N, O, L)
         out = out.reshape(n, self.out_channels, ho, wo)
         if self.has_bias:
             out = out + self.bias.reshape(1, -1, 1, 1)

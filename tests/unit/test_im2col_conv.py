@@ -78,3 +78,22 @@ def test_a_folded_layer_compiles_in_an_amp_o1_train_step_in_graph_mode():
         assert np.isfinite(loss.asnumpy()).all()
     finally:
         ms.set_context(mode=ms.PYNATIVE_MODE)
+
+
+def test_an_amp_train_step_takes_the_im2col_weight_gradient_in_float32():
+    """O2 casts the network to float16: the weight's gradient must come back float32 to meet its decay term."""
+    from helpers.core.config import job_config
+    from helpers.train.models import build_model
+    from helpers.train.recipe import build_loss, build_optimizer, build_train_step
+
+    previous = ms.get_context("mode")
+    ms.set_context(mode=ms.GRAPH_MODE)
+    try:
+        cfg = job_config("ci").replace(amp_level="O2", conv_impl="im2col")
+        net = build_model(cfg.arch, 10, cfg.width, cfg.stem, "im2col")
+        step = build_train_step(cfg, net, build_loss(cfg), build_optimizer(cfg, net.trainable_params()))
+        step.set_train()
+        rng = np.random.default_rng(0)
+        step(ms.Tensor(rng.random((4, 3, 32, 32), dtype=np.float32)), ms.Tensor(rng.integers(0, 10, 4).astype(np.int32)))
+    finally:
+        ms.set_context(mode=previous)
