@@ -61,6 +61,7 @@ def memory_levers(est, world: int, micro: int, k: int) -> str:
     return text + (
         "\n  hint: the model's state, not the batch, fills the memory, and accumulation does not shrink it. "
         f"Split the classifier over model-parallel ranks (chapter 03's strategy file): each keeps 1/mp of its "
-        f"{mb(head)}, saving {mb(head / 2)} at mp=2 and {mb(head * (1 - 1 / n))} at mp={n}; or shard the optimizer "
+        f"{mb(head)}, saving {mb(head / 2)} at mp=2" + (f" and {mb(head * (1 - 1 / n))} at mp={n}" if n > 2 else "")
+        + "; or shard the optimizer "
         f"state over the data-parallel ranks (enable_parallel_optimizer=True, semi-auto parallel on Ascend/GPU): "
         f"saving {mb(est.optimizer_bytes * (1 - 1 / n))} at {n} ranks")

@@ -30,3 +30,9 @@ def test_the_job_hint_uses_the_configs_classes():
     cfg = job_config("ci").replace(num_classes=200_000, global_batch=16)
     assert "Split the classifier" in oom_hint(cfg)
     assert "accumulation_steps=" in oom_hint(job_config("ci"))
+
+
+def test_on_two_ranks_the_split_is_named_once():
+    est = estimate("resnet18", 2, 32, num_classes=200_000, width=0.125, stem="small")
+    hint = memory_levers(est, 2, 2, 1)
+    assert hint.count("at mp=") == 1 and "at 2 ranks" in hint
