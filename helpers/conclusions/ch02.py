@@ -67,12 +67,14 @@ def _bn_cause(r: dict) -> Claim:
         "With BatchNorm in training mode the accumulated gradient of the chapter's ResNet ({arch}) " + gap + "; the same network with its "
         "{layers} BatchNorm layers frozen at their running statistics matches the full batch again (cosine "
         "{cos_f:.6f}, max difference {diff_f:.1e}): the gap comes from normalising each micro-batch of {micro} "
-        "with its own statistics.",
+        "with its own statistics. Data parallel already normalises per rank ({n} groups of {per_rank} images on "
+        "{n} ranks, never the global batch at once); accumulation makes it {groups} groups of {micro}.",
         "With BatchNorm in training mode the accumulated gradient of the chapter's ResNet ({arch}) " + gap + "; with its {layers} "
         "BatchNorm layers frozen it still differs (cosine {cos_f:.6f}, max difference {diff_f:.1e}), so "
         "micro-batch statistics are not the whole cause.",
         arch=r["arch"], cos=cos, rel=rel, cos_f=cos_f, diff_f=diff_f, layers=r["bn_frozen_layers"],
-        micro=r["micro_batch"])
+        micro=r["micro_batch"], per_rank=r["batch_per_rank"], n=r["grad_check_ranks"],
+        groups=r["grad_check_ranks"] * r["accumulation_steps"])
 
 
 def _builtin(r: dict) -> Claim:

@@ -89,6 +89,7 @@ def test_no_bn_equivalence_both_ways(base_record):
 
 def test_batchnorm_cause_both_ways(base_record):
     c = by_id(base_record)["batchnorm_is_the_cause"]
+    assert "2 groups of 96 images on 2 ranks" in c.text and "8 groups of 24" in c.text
     assert c.holds and "cosine 0.72" in c.text and "208%" in c.text and "20 BatchNorm layers frozen" in c.text
     assert "matches the full batch again" in c.text and "8.4e-09" in c.text
     c = changed(base_record, grad_cosine_bn_frozen=0.98, grad_max_abs_diff_bn_frozen=0.05)["batchnorm_is_the_cause"]
