@@ -19,6 +19,7 @@ import html
 import json
 import logging
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -91,6 +92,17 @@ def to_html(ipynb: Path) -> Path:
     out = ipynb.with_suffix(".html")
     out.write_text(body, encoding="utf-8")
     return out
+
+
+WARNING_LINE = re.compile(r"\b\w*Warning: |^\s*\[?WARNING\]?[\s:]")   # Python's warnings, logging's and MindSpore's
+
+
+def warning_lines(ipynb) -> list[str]:
+    """The lines of an executed notebook's stderr outputs that are warnings: a reader should see none."""
+    nb = json.loads(Path(ipynb).read_text(encoding="utf-8"))
+    return [line for cell in nb["cells"] for out in cell.get("outputs", [])
+            if out.get("output_type") == "stream" and out.get("name") == "stderr"
+            for line in "".join(out.get("text", "")).splitlines() if WARNING_LINE.search(line)]
 
 
 def failure_line(exc: BaseException) -> str:

@@ -3,7 +3,7 @@
 import json
 from pathlib import Path
 
-from helpers.course import run_chapter
+from helpers.course import run_chapter, warning_lines
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 MIN_CLAIMS = 4
@@ -24,6 +24,7 @@ def output_text(ipynb: Path) -> str:
 def execute(stem: str, tmp_path: Path) -> dict:
     run = run_chapter(NOTEBOOKS / f"{stem}.ipynb", "ci", tmp_path)
     assert run.ok, f"{stem} failed: {run.error} (executed notebook: {run.notebook})"
+    assert not warning_lines(run.notebook), f"warnings reach the reader: {warning_lines(run.notebook)}"
     page = Path(run.html).read_text(encoding="utf-8")
     assert "data:image/png;base64" in page, "the HTML handout embeds the chapter's figures"
     assert (tmp_path / "results" / f"{stem}.json").exists()

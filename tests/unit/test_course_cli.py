@@ -95,3 +95,16 @@ def test_no_matching_chapter_is_a_loud_error_naming_the_folder_and_the_pattern(r
     message = capsys.readouterr().err
     assert str(REPO / "notebooks") in message and course.CHAPTER_PATTERN in message
     assert not recorded and not (tmp_path / "out").exists()
+
+
+def test_warning_lines_are_the_stderr_warnings_of_an_executed_notebook(tmp_path):
+    from helpers.course import warning_lines
+
+    nb = {"cells": [{"cell_type": "code", "outputs": [
+        {"output_type": "stream", "name": "stderr", "text": [
+            "/x/numpy/core/fromnumeric.py:3504: RuntimeWarning: Mean of empty slice.\n", "progress 3/4\n",
+            "WARNING:helpers.core.config:dataset_workers lowered\n", "[WARNING] ME(1:2,python):x\n"]},
+        {"output_type": "stream", "name": "stdout", "text": ["a UserWarning: in prose is fine here\n"]}]}]}
+    path = tmp_path / "n.ipynb"
+    path.write_text(json.dumps(nb))
+    assert [line[:12] for line in warning_lines(path)] == ["/x/numpy/cor", "WARNING:help", "[WARNING] ME"]
