@@ -158,7 +158,8 @@ def fail(launcher, job_id: str, bar, run_dir: Path, verdict, cfg: JobConfig):
         + (oom_hint(cfg) if verdict.kind == "oom" else "")
     bar.close(f"{verdict.kind}" + (f" on rank {verdict.rank}" if verdict.rank is not None else "")
               + (f" ({where})" if where else ""))
-    raise JobFailed(verdict.kind, message, verdict.rank, log_tail(run_dir, verdict.rank), str(run_dir))
+    tail = verdict.tail if verdict.tail is not None else log_tail(run_dir, verdict.rank)
+    raise JobFailed(verdict.kind, message, verdict.rank, tail, str(run_dir))
 
 
 def _wait_workers_exit(launcher, job_id: str, seconds: float) -> None:

@@ -13,6 +13,18 @@ ACTIVE_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED",
                  "REQUEUE_FED", "REQUEUE_HOLD", "RESV_DEL_HOLD", "SIGNALING", "SPECIAL_EXIT", "STAGE_OUT",
                  "STOPPED")
 SQUEUE_FORMAT = "%i|%T|%r|%N|%P"          # job id, state, reason, node list, partition
+# Slurm's pending reasons (squeue %r, Slurm 22.05's squeue(1) "JOB REASON CODES") a course job meets, in short words
+REASON_WORDS = {
+    "None": "not yet looked at by the scheduler", "Resources": "waiting for free CPUs or nodes",
+    "Priority": "jobs ahead of it in the queue", "PartitionConfig": "asks more than the partition's nodes hold",
+    "PartitionNodeLimit": "asks more nodes than the partition allows",
+    "PartitionTimeLimit": "asks more time than the partition allows", "Dependency": "waits for another job",
+    "BeginTime": "its start time has not come", "JobHeldUser": "held by its user (scontrol release)",
+    "JobHeldAdmin": "held by an administrator", "ReqNodeNotAvail": "a node it needs is down, drained or reserved",
+    "NodeDown": "a node it needs is down", "Reservation": "waits for a reservation",
+    "BadConstraints": "its constraints match no node", "Licenses": "waits for licenses",
+}
+REASON_PREFIXES = {"QOS": "over a limit of its QOS", "Assoc": "over a limit of its account"}
 NODE_TROUBLE = ("DOWN", "NOT_RESPONDING", "FAIL", "DRAIN")   # flags in scontrol's State= of a lost node
 CALL_TIMEOUT_S = 20.0
 COMMANDS = ("sbatch", "squeue", "scancel", "scontrol", "srun")
@@ -92,10 +104,28 @@ def job_state(job_id: str) -> JobState | None:
     return parse_squeue(out.stdout).get(job_id)
 
 
-def queue_place(job_id: str, partition: str) -> tuple[int, int] | None:
-    """(place, length) of a pending job among its partition's pending jobs, in Slurm's priority order."""
-    out = _call("squeue", "-h", "-t", "PENDING", "-p", partition, "--sort=-p,i", "-o", "%i")
-    return place_in(out.stdout.split(), job_id)
+def pending_jobs(partition: str) -> dict[str, JobState]:
+    """The partition's pending jobs in Slurm's priority order, from one squeue call (so state and place agree)."""
+    return parse_squeue(_call("squeue", "-h", "-t", "PENDING", "-p", partition, "--sort=-p,i",
+                              "-o", SQUEUE_FORMAT).stdout)
+
+
+def reason_words(reason: str) -> str:
+    """Slurm's pending reason code in short words (``Resources`` -> waiting for free CPUs or nodes), code kept."""
+    words = REASON_WORDS.get(reason) or next((w for p, w in REASON_PREFIXES.items() if reason.startswith(p)), None)
+    if reason in ("None", ""):
+        return words or REASON_WORDS["None"]
+    return f"{words} ({reason})" if words else f"Slurm's reason: {reason}"
+
+
+def queue_line(job_id: str, queue: dict[str, JobState]) -> str | None:
+    """What a pending job shows: its place in its partition's queue and why it waits; None when not in ``queue``."""
+    place = place_in(list(queue), job_id)
+    if place is None:
+        return None
+    st = queue[job_id]
+    return (f"Slurm job {job_id}: {st.state}, place {place[0]} of {place[1]} in partition {st.partition}: "
+            f"{reason_words(st.reason)}")
 
 
 def place_in(order: list[str], job_id: str) -> tuple[int, int] | None:

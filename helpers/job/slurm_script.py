@@ -47,12 +47,20 @@ def batch_script(cfg: JobConfig, run_dir: Path, config_path: Path, msrun: str, p
 # Written by helpers.job.launchers.slurm: {cfg.world_size} ranks = {nodes} node(s) x {cfg.local_workers}.
 SLURM_DIR={q(str(slurm_dir))}
 LEASE="$SLURM_DIR/lease"
+lease_age() {{ echo $(( $(date +%s) - $(stat -c %Y "$LEASE" 2>/dev/null || echo 0) )); }}
+# First thing: a job whose notebook died while it waited in the queue starts no rank (its lease is already old).
+age=$(lease_age)
+if [ "$age" -gt {LEASE_S} ]; then
+  echo "lease not renewed for $age s when the job started: the notebook that submitted it is gone; no rank started" \
+    | tee "$SLURM_DIR/lease_expired"
+  exit 0
+fi
 # The notebook renews $LEASE every {LEASE_RENEW_S:.0f} s; when it stops (a dead kernel) the job cancels itself.
 # Its sleep is waited for, so the TERM sent when the ranks are done ends it at once and leaves no sleep behind.
 ( trap 'kill $NAP 2>/dev/null; exit 0' TERM
   while :; do
     sleep {LEASE_CHECK_S} & NAP=$!; wait $NAP
-    age=$(( $(date +%s) - $(stat -c %Y "$LEASE" 2>/dev/null || echo 0) ))
+    age=$(lease_age)
     if [ "$age" -gt {LEASE_S} ]; then
       echo "lease not renewed for $age s: the notebook that submitted this job is gone" > "$SLURM_DIR/lease_expired"
       scancel "$SLURM_JOB_ID"; exit 0

@@ -30,6 +30,28 @@ class Verdict:
     kind: str
     rank: int | None
     message: str
+    tail: str | None = None     # the log lines to show; None: the blamed rank's (or msrun's) log_tail
+
+
+# Lines MindSpore writes as ERROR that are no failure: ``mindspore.runtime.synchronize()`` on CPU logs this
+# (mindspore/runtime/device.py ``_is_supported``) and returns; sampled steps (helpers.train.time_split) call it.
+NOT_ERRORS = ("CPU device is not supported. Please use correct device",)
+
+
+def reported(lines: list[str]) -> list[str]:
+    """A log's lines without MindSpore's harmless ERROR lines (NOT_ERRORS), which would read as the failure."""
+    return [line for line in lines if not any(text in line for text in NOT_ERRORS)]
+
+
+def _tails(paths: list[Path], lines: int, named: bool) -> list[str]:
+    text = []
+    for path in paths:
+        try:
+            body = reported(path.read_text(errors="replace").strip().splitlines())[-lines:]
+        except OSError:
+            continue
+        text += [f"[{path.name}]"] + body if named and body else body
+    return text
 
 
 def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
@@ -39,11 +61,19 @@ def log_tail(run_dir: Path, rank: int | None, lines: int = 25) -> str:
         candidates = sorted(run_dir.glob("msrun*.log")) + sorted((run_dir / "logs").rglob("scheduler.log"))
     else:
         candidates = sorted((run_dir / "logs").rglob(f"worker_{rank}.log"))
-    text = []
-    for path in candidates:
-        body = path.read_text(errors="replace").strip().splitlines()[-lines:]
-        text += [f"[{path.name}]"] + body if len(candidates) > 1 and body else body
-    return "\n".join(text)
+    return "\n".join(_tails(candidates, lines, len(candidates) > 1))
+
+
+def node_log_tail(run_dir: Path, node: int, name: str, lines: int = 8) -> str:
+    """What one node of a multi-node job wrote last (its ``msrun<node>.log`` and ``logs/node<node>/*.log``), or
+    that nothing of it could be read here: the lost node's own words, not node 0's."""
+    run_dir = Path(run_dir)
+    logs = sorted((run_dir / "logs" / f"node{node}").glob("*.log"),
+                  key=lambda p: (not p.stem.startswith("worker_"), len(p.stem), p.stem))
+    paths = [p for p in [run_dir / f"msrun{node}.log", *logs] if p.exists()]
+    text = "\n".join(f"[{p.relative_to(run_dir)}]\n" + "\n".join(_tails([p], lines, False)) for p in paths)
+    return text or (f"nothing of node {name} could be read here (no msrun{node}.log or logs/node{node}/ in "
+                    f"{run_dir}: the run directory is not shared, or the node never started its msrun)")
 
 
 def worker_pids(procs) -> dict[int, int]:

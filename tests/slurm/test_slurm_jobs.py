@@ -181,6 +181,9 @@ def test_a_killed_slurmd_is_a_lost_node_named_and_nothing_is_left(cluster, ci_co
         err = info.value
         print(f"slurmd of n2 killed: '{err.kind}' reported {took:.1f} s later\n  {str(err).splitlines()[0]}")
         assert err.kind == "node_lost" and "node n2" in str(err), str(err)
+        print("  its log tail: " + " | ".join(err.log_tail.splitlines()[:4]))
+        assert "[msrun1.log]" in err.log_tail and "logs/node1/worker_" in err.log_tail, err.log_tail
+        assert "msrun0.log" not in err.log_tail and "node0" not in err.log_tail, "the lost node's own words"
         assert took < 60
         no_leftovers(cluster, marker)
     finally:
@@ -241,6 +244,47 @@ print("RESULT " + json.dumps(dict(checksum=res.summaries[0]["checksum"], run_dir
 """
 
 
+def test_a_pending_job_whose_submitter_died_never_starts_a_rank(cluster, standin, tmp_path, marker):
+    """A job held behind another on partition ``one`` loses its submitter; when its turn comes its batch script
+    finds the lease old (aged here instead of waiting LEASE_S) and exits 0 before srun: no node token, no rank log."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from helpers.job.slurm_script import LEASE_S
+
+    blocker = subprocess.run(["sbatch", "--parsable", "-p", "one", "-o", "/dev/null", "--wrap", "sleep 300"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (tmp_path / "home").mkdir()
+    kernel = subprocess.Popen([sys.executable, "-c", QUEUED_SUBMITTER, str(tmp_path), "orphan"],
+                              cwd=Path(__file__).parents[2], env={**os.environ, "COURSE_HOME": str(tmp_path / "home")},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 120
+        while time.time() < deadline and len(cluster.our_jobs()) < 2:
+            time.sleep(0.2)
+        assert len(cluster.our_jobs()) == 2, f"the job was not queued behind the blocker: {cluster.our_jobs()}"
+        kernel.kill()                              # the notebook dies while its job waits
+        kernel.wait()
+        lease = next(tmp_path.glob("*/*/slurm/lease"))
+        os.utime(lease, (time.time() - LEASE_S - 5,) * 2)
+        t0 = time.time()
+        subprocess.run(["scancel", blocker], check=True)
+        while cluster.our_jobs() and time.time() - t0 < 60:
+            time.sleep(0.3)
+        run_dir = lease.parent.parent
+        batch = next((run_dir / "slurm").glob("batch-*.log")).read_text()
+        print(f"dead submitter's pending job ended {time.time() - t0:.1f} s after its turn came: {batch.strip()}")
+        assert batch.strip().endswith("no rank started") and batch.count("\n") == 1, batch
+        assert not list((run_dir / "slurm").glob("node_*")) and not (run_dir / "logs").exists()
+        assert not list((run_dir / "metrics").glob("*")) if (run_dir / "metrics").exists() else True
+        assert ended_clean(cluster, run_dir)["State"] == "COMPLETED"
+        no_leftovers(cluster, marker)
+    finally:
+        kernel.kill()
+        subprocess.run(["scancel", blocker])
+
+
 def run_interval(run_dir) -> tuple[float, float]:
     """When the job's ranks first and last wrote a record."""
     from pathlib import Path
@@ -270,6 +314,7 @@ def test_three_participants_at_once_queue_on_a_one_job_server_and_each_sees_its_
         print("\n".join(w[:3]) or "(ran at once)")
     assert sum(any("place 2 of 2" in line for line in w) for w in waits) >= 1, "someone waited second in line"
     assert sum(bool(w) and any("(Resources)" in line or "(Priority)" in line for line in w) for w in waits) >= 2
+    assert all("place " in line and "(None)" not in line for w in waits for line in w), waits
     spans = sorted(run_interval(r["run_dir"]) for r in results)
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:])), f"jobs overlapped: {spans}"
     alone = run_job(ci_config.replace(world_size=2, global_batch=16, steps=2, conv_impl="im2col"), progress="none",
@@ -324,7 +369,7 @@ def test_two_jobs_that_together_exceed_a_plain_partitions_node_run_one_after_the
     print("\n".join(line for out in outs for line in out.splitlines() if "PENDING" in line)[:600])
     assert slurm_spans[0][1] <= slurm_spans[1][0], f"Slurm ran them together: {slurm_spans}"
     assert rank_spans[0][1] <= rank_spans[1][0], f"their ranks overlapped: {rank_spans}"
-    assert any("PENDING (Resources)" in out for out in outs), "the second waited for the first's CPUs"
+    assert any("waiting for free CPUs or nodes (Resources)" in out for out in outs), "the second waited for CPUs"
     no_leftovers(cluster, marker)
 
 

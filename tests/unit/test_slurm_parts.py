@@ -9,7 +9,7 @@ from helpers.core.config import job_config
 from helpers.core.errors import ConfigError
 from helpers.core.slurm_settings import cpus_per_node, sbatch_options, slurm_problem, too_few_cpus
 from helpers.job.slurm_queue import (JobState, node_trouble, parse_node, parse_partition_cpus, parse_sbatch,
-                                     parse_squeue, place_in)
+                                     parse_squeue, place_in, queue_line, reason_words)
 from helpers.job.slurm_script import LEASE_S, batch_script, node_command
 
 
@@ -73,6 +73,35 @@ def test_squeue_sbatch_and_scontrol_outputs_parse():
                       "ThreadsPerCore=1")
     assert node["NodeAddr"] == "10.251.2.2" and node_trouble(node) == "IDLE+NOT_RESPONDING"
     assert node_trouble({"State": "ALLOCATED"}) is None and node_trouble({"State": "DOWN*"}) == "DOWN*"
+
+
+def test_a_pending_job_shows_its_place_and_why_it_waits_in_words():
+    queue = parse_squeue("5|PENDING|Priority|(Priority)|one\n7|PENDING|None|(None)|one\n9|PENDING|Resources||one\n")
+    assert queue_line("7", queue) == "Slurm job 7: PENDING, place 2 of 3 in partition one: not yet looked at by " \
+        "the scheduler"
+    assert queue_line("9", queue).endswith("place 3 of 3 in partition one: waiting for free CPUs or nodes (Resources)")
+    assert queue_line("8", queue) is None and "None" not in queue_line("7", queue)
+    assert reason_words("Priority") == "jobs ahead of it in the queue (Priority)"
+    assert reason_words("PartitionConfig").startswith("asks more than the partition's nodes hold")
+    assert reason_words("QOSMaxJobsPerUserLimit") == "over a limit of its QOS (QOSMaxJobsPerUserLimit)"
+    assert reason_words("SomethingNew") == "Slurm's reason: SomethingNew" and reason_words("") == reason_words("None")
+
+
+def test_a_batch_script_whose_lease_is_old_when_it_starts_runs_no_rank(tmp_path):
+    """The notebook died while its job was pending: the script's first check ends it (exit 0, one line)."""
+    import os
+    import time
+
+    _, script = script_for(tmp_path)
+    assert script.index("no rank started") < script.index("scancel") < script.index("\nsrun ")
+    (tmp_path / "slurm").mkdir()
+    (tmp_path / "slurm" / "lease").touch()
+    os.utime(tmp_path / "slurm" / "lease", (time.time() - LEASE_S - 5,) * 2)
+    (tmp_path / "batch.sh").write_text(script)
+    out = subprocess.run(["bash", str(tmp_path / "batch.sh")], capture_output=True, text=True, timeout=30,
+                         env={"PATH": "/nonexistent:/usr/bin:/bin", "SLURM_JOB_ID": "1"})
+    assert out.returncode == 0 and out.stdout.count("\n") == 1 and "no rank started" in out.stdout, out
+    assert (tmp_path / "slurm" / "lease_expired").exists() and not list((tmp_path / "slurm").glob("node_*"))
 
 
 def script_for(tmp_path: Path, **slurm):

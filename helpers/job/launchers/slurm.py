@@ -17,10 +17,10 @@ from helpers.core.slurm_settings import cpus_per_node, too_few_cpus
 from helpers.job.msrun import find_msrun, job_env
 from helpers.job.processes import JOB_ID_ENV, job_workers, kill_processes_with_env
 from helpers.job.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
-from helpers.job.slurm_queue import (hostnames, job_state, node_fields, node_trouble, partition_cpus, queue_place,
-                                     sbatch, scancel, slurm_unreachable)
+from helpers.job.slurm_queue import (hostnames, job_state, node_fields, node_trouble, partition_cpus, pending_jobs,
+                                     queue_line, sbatch, scancel, slurm_unreachable)
 from helpers.job.slurm_script import LEASE_RENEW_S, SLURM_SUBDIR, batch_script
-from helpers.job.watch import RANK_GUARD, Verdict, runs_module
+from helpers.job.watch import RANK_GUARD, Verdict, node_log_tail, runs_module
 
 QUERY_S = 1.0           # how often squeue / scontrol are asked (a room of notebooks polls one controller)
 NODES_EVERY_S = 2.0     # how often the job's nodes' health is read
@@ -124,16 +124,19 @@ class SlurmLauncher:
         return self.state
 
     def waiting(self, bar) -> bool:
-        """True while the job is queued; shows its state, Slurm's reason and its place in the queue."""
+        """True while the job is queued; shows its place in the queue and why it waits, read from one squeue call
+        (two calls left the place out when the job moved between them)."""
         st = self._ask()
         if st is None or not st.pending:
             if self._running_since is None:
                 self._running_since = time.monotonic()
                 self.queued_s = self._running_since - self.submitted
             return False
-        place = queue_place(self.job_id, st.partition)
-        where = f", place {place[0]} of {place[1]} in partition {st.partition}" if place else ""
-        bar.queued(f"Slurm job {self.job_id}: {st.state} ({st.reason}){where}")
+        line = queue_line(self.job_id, pending_jobs(st.partition))
+        if line is None:                        # it left the queue since: the next poll sees it running (or ended)
+            self._ask(force=True)
+            return True
+        bar.queued(line)
         return True
 
     def check(self, watch, bar) -> Verdict | None:
@@ -142,7 +145,9 @@ class SlurmLauncher:
         if watch is not None and len(watch.pids) < self.cfg.world_size:
             watch.pids.update(self.visible_workers())
         if self.state and self.state.state == "NODE_FAIL":
-            return Verdict("node_lost", None, f"Slurm reports NODE_FAIL for job {self.job_id} on {self.nodes}")
+            return self.lost_node(force=True) or Verdict(
+                "node_lost", None, f"Slurm reports NODE_FAIL for job {self.job_id} on {self.nodes}",
+                tail="\n".join(node_log_tail(self.run_dir, i, n) for i, n in enumerate(self.nodes)))
         lost = self.lost_node()
         if lost:
             return lost
@@ -150,18 +155,23 @@ class SlurmLauncher:
             return Verdict("interrupted", None, (self.slurm_dir / "lease_expired").read_text().strip())
         return self.unshared()
 
-    def lost_node(self) -> Verdict | None:
+    def lost_node(self, force: bool = False) -> Verdict | None:
+        """A node of the job that Slurm reports DOWN / NOT_RESPONDING, with that node's own log tail."""
         now = time.monotonic()
-        if not self.nodes or now - self._nodes_read < NODES_EVERY_S:
+        if not self.nodes or (not force and now - self._nodes_read < NODES_EVERY_S):
             return None
         self._nodes_read = now
         for i, name in enumerate(self.nodes):
             trouble = node_trouble(node_fields(name))
             if trouble:
-                ranks = f"{i * self.local}-{(i + 1) * self.local - 1}"
-                return Verdict("node_lost", None, f"node {name} (ranks {ranks}) was lost: Slurm reports it "
-                               f"{trouble} (its slurmd stopped answering, or the node went down)")
+                return self.node_lost(i, f"Slurm reports it {trouble} (its slurmd stopped answering, or the node "
+                                         "went down)")
         return None
+
+    def node_lost(self, i: int, why: str) -> Verdict:
+        name = self.nodes[i]
+        return Verdict("node_lost", None, f"node {name} (ranks {i * self.local}-{(i + 1) * self.local - 1}) was lost: "
+                       f"{why}", tail=node_log_tail(self.run_dir, i, name))
 
     def unshared(self) -> Verdict | None:
         """Every node writes its token into the run directory; missing ones after a while (or once the job has
