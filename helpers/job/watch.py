@@ -34,7 +34,7 @@ class Verdict:
 
 
 # Lines MindSpore writes as ERROR that are no failure: ``mindspore.runtime.synchronize()`` on CPU logs this
-# (mindspore/runtime/device.py ``_is_supported``) and returns; sampled steps (helpers.train.time_split) call it.
+# (mindspore/runtime/device.py ``_is_supported``) and returns; the course skips it on CPU, a learner's cell may not.
 NOT_ERRORS = ("CPU device is not supported. Please use correct device",)
 
 

@@ -127,7 +127,6 @@ def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: i
     3. data parallel under ``cap_above_hybrid(hybrid peak, saving)``: expected to fail with ``JobFailed(kind="oom")``;
     4. the hybrid layout under the same cap: expected to finish; its peak shows the margin below the cap
        (a second try if the first fails, ``HYBRID_TRIES``; failed tries are returned and shown).
-
     Returns the cap, the measured peaks, the error (or None) and the hybrid job's result."""
     from helpers.core.errors import JobFailed
     from helpers.job.launch import run_job
@@ -164,8 +163,8 @@ def classifier_oom(cfg, dp_layout: Layout, hybrid_layout: Layout, num_classes: i
     return {"num_classes": big.num_classes, "feature_dim": feature_dim, "steps": big.steps,
             "world_size": n, "batch_per_rank": big.batch_per_rank, "dp_layout": dp_layout.name,
             "hybrid_layout": hybrid_layout.name, "cap_mb": cap, "classifier_saving_mb": saving,
-            "hybrid_uncapped_vms_peak_mb": free_mem["max_vms_peak"],
-            "dp_vms_peak_mb": dp_mem["max_vms_peak"], "hybrid_vms_peak_mb": hyb_mem["max_vms_peak"],
+            "hybrid_uncapped_vms_peak_mb": free_mem["max_vms_peak"], "dp_vms_peak_mb": dp_mem["max_vms_peak"],
+            "hybrid_vms_peak_mb": hyb_mem["max_vms_peak"],
             "dp_rss_peak_mb": dp_mem["max_peak_rss"], "hybrid_rss_peak_mb": hyb_mem["max_peak_rss"],
             "margin_above_mb": dp_mem["max_vms_peak"] - cap, "margin_below_mb": below,
             "dp_classifier_bytes": int(max(dp.summary("classifier_param_bytes"))),

@@ -41,3 +41,12 @@ def ascend_soc() -> str:
         return str(MSContext.get_instance().get_ascend_soc_version())
     except (ImportError, AttributeError, RuntimeError):   # recorded as "unknown": not worth failing the rank
         return ""
+
+
+def wait_for_device() -> None:
+    """``mindspore.runtime.synchronize()`` where the device has streams to wait for: on CPU it only logs
+    'CPU device is not supported' as an ERROR and returns (mindspore/runtime/device.py, 2.10)."""
+    import mindspore as ms
+
+    if ms.get_context("device_target") != "CPU":
+        ms.runtime.synchronize()

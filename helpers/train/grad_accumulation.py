@@ -28,6 +28,7 @@ from mindspore.parallel._utils import _get_parallel_mode
 
 from helpers.core.cell_source import definitions, load_definitions, ranks_cell_body
 from helpers.core.paths import code_root
+from helpers.train.card_runtime import wait_for_device
 
 CHAPTER_02 = "notebooks/02_oom_gradient_accumulation.ipynb"
 STEP_CLASSES = ["MicroStep", "ApplyStep"]    # what chapter 02's code cell defines
@@ -83,7 +84,7 @@ class AccumulatingTrainStep:
                              f"got {len(micro_batches)}")
         losses = [self.micro(images, labels) for images, labels in micro_batches]
         self.apply()
-        ms.runtime.synchronize()   # one host synchronisation per optimizer step, after the update
+        wait_for_device()          # one host synchronisation per optimizer step, after the update
         return float(np.mean([loss.asnumpy() for loss in losses]))
 
 

@@ -1,7 +1,7 @@
 """In a rank: a few sampled steps run as three graphs (gradients, their AllReduce, the optimizer), each timed.
 
 The fused train step is one graph in GRAPH mode, so its compute and its communication cannot be told apart from the
-host. A sampled step does the same work as separate graphs and times each after ``mindspore.runtime.synchronize``:
+host. A sampled step does the same work as separate graphs and times each (after ``runtime.synchronize`` on a card):
 ``grad_s`` (forward and backward until the gradients are ready), ``reduce_s`` (the gradient AllReduce, including the
 wait for the slowest rank: this rank's share of the straggler's cost) and ``update_s`` (the optimizer; under a loss
 scale also its overflow check, one flag summed over ranks). The other steps stay fused (on a card the AllReduce
@@ -174,17 +174,17 @@ class SplitStep:
         self.compiled = True
 
     def __call__(self, *batch):
-        from mindspore import runtime
+        from helpers.train.card_runtime import wait_for_device
 
         t0 = time.perf_counter()
         loss, grads = self.grads(*batch)
-        runtime.synchronize()
+        wait_for_device()
         t1 = time.perf_counter()
         grads = self.reduce(grads)
-        runtime.synchronize()
+        wait_for_device()
         t2 = time.perf_counter()
         tail = self.update(grads)
-        runtime.synchronize()
+        wait_for_device()
         t3 = time.perf_counter()
         return (loss, *tail) if self.scaled else loss, {"grad_s": t1 - t0, "reduce_s": t2 - t1, "update_s": t3 - t2}
 
