@@ -49,8 +49,8 @@ class WeightTimesColumns(nn.Cell):
 
 @lru_cache(maxsize=None)
 def shared_times() -> WeightTimesColumns:
-    """One parameter-free ``WeightTimesColumns`` for every convolution of this process: its backward is parsed
-    once instead of once per convolution (a ci-model graph compiled about 15 % faster)."""
+    """One parameter-free ``WeightTimesColumns`` for every convolution of a model (``build_model`` starts a new
+    one): its backward is parsed once instead of once per convolution (a ci-model graph compiled about 15 % faster)."""
     return WeightTimesColumns()
 
 

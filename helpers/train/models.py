@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from mindspore import nn, ops
 
-from helpers.train.im2col_conv import make_conv
+from helpers.train.im2col_conv import make_conv, shared_times
 from helpers.core.resnet_layout import ARCHS, EXPANSION, stage_widths
 
 
@@ -106,7 +106,9 @@ class ResNet(nn.Cell):
 
 
 def build_model(arch="resnet50", num_classes=1000, width=1.0, stem="imagenet", conv_impl="native"):
-    """A ResNet cell (``arch`` one of resnet18/34/50/101/152); see the module docstring for the knobs."""
+    """A ResNet cell (``arch`` one of resnet18/34/50/101/152); see the module docstring for the knobs. Its im2col
+    convolutions share one matmul cell of their own: AMP's float16 flag on it must not reach the next model."""
+    shared_times.cache_clear()
     return ResNet(arch, num_classes, width, stem, conv_impl)
 
 

@@ -97,3 +97,10 @@ def test_an_amp_train_step_takes_the_im2col_weight_gradient_in_float32():
         step(ms.Tensor(rng.random((4, 3, 32, 32), dtype=np.float32)), ms.Tensor(rng.integers(0, 10, 4).astype(np.int32)))
     finally:
         ms.set_context(mode=previous)
+
+
+def test_each_model_gets_its_own_shared_matmul_cell():
+    from helpers.train.models import build_model
+
+    a, b = (build_model("resnet18", 10, 0.125, "small", "im2col") for _ in range(2))
+    assert a.stem[0].times is a.layer1[0].conv1.times and a.stem[0].times is not b.stem[0].times
