@@ -36,13 +36,14 @@ def oom_hint(cfg: JobConfig) -> str:
                        width=cfg.width, stem=cfg.stem,
                        conv_impl="native" if cfg.conv_impl == "auto" else cfg.conv_impl)
     except Exception:  # noqa: BLE001 - the hint must never hide the real error
-        return text + "\n  hint: " + ACCUMULATE.format(micro=max(1, cfg.micro_batch_size // 4),
-                                                       k=cfg.accumulation_steps * 4)
+        return text + accumulate_hint(cfg.micro_batch_size, cfg.accumulation_steps)
     return text + memory_levers(est, cfg.world_size, cfg.micro_batch_size, cfg.accumulation_steps)
 
 
-ACCUMULATE = ("keep the global batch and split it, e.g. micro_batch={micro}, accumulation_steps={k} "
-              "(helpers.core.memory_planner.plan_accumulation picks them for a memory budget)")
+def accumulate_hint(micro: int, k: int) -> str:
+    """The accumulation hint: the same global batch as 4x the micro-steps of a quarter the size."""
+    return (f"\n  hint: keep the global batch and split it, e.g. micro_batch={max(1, micro // 4)}, "
+            f"accumulation_steps={k * 4} (helpers.core.memory_planner.plan_accumulation picks them for a memory budget)")
 
 
 def memory_levers(est, world: int, micro: int, k: int) -> str:
@@ -54,7 +55,7 @@ def memory_levers(est, world: int, micro: int, k: int) -> str:
     text = (f"; the planner estimates {mb(est.total_bytes)} for this micro-batch: {mb(act)} activations, "
             f"{mb(state)} weights, gradients and optimizer state")
     if act >= state:
-        return text + "\n  hint: " + ACCUMULATE.format(micro=max(1, micro // 4), k=k * 4)
+        return text + accumulate_hint(micro, k)
     per_param = (est.param_bytes + est.grad_bytes + est.optimizer_bytes) / max(est.param_count, 1)
     head = sum(r.params for r in est.layers if r.kind == "fc") * per_param
     n = max(world, 2)
