@@ -43,7 +43,8 @@ def oom_hint(cfg: JobConfig) -> str:
 def accumulate_hint(micro: int, k: int) -> str:
     """The accumulation hint: the same global batch as 4x the micro-steps of a quarter the size."""
     return (f"\n  hint: keep the global batch and split it, e.g. micro_batch={max(1, micro // 4)}, "
-            f"accumulation_steps={k * 4} (helpers.core.memory_planner.plan_accumulation picks them for a memory budget)")
+            f"accumulation_steps={k * 4} "
+            "(helpers.core.memory_planner.plan_accumulation picks them for a memory budget)")
 
 
 def memory_levers(est, world: int, micro: int, k: int) -> str:
