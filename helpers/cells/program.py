@@ -8,6 +8,7 @@ names the line the learner wrote.
 
 from __future__ import annotations
 
+import ast
 import builtins
 import pickle
 import symtable
@@ -65,6 +66,13 @@ def free_names(text: str) -> set[str]:
             if t is not top and s.is_declared_global() and s.is_assigned():
                 bound.add(s.get_name())
     return read - bound - set(dir(builtins)) - {"__name__", "__file__"}
+
+
+def uses_jit(text: str) -> bool:
+    """Whether the cell names ``jit`` (``@ms.jit``, ``jit(fn)``): MindSpore's compile cache loads such a function's
+    graph without its closure's parameters (NaN losses, weights untouched), so its job compiles afresh."""
+    return any(isinstance(n, ast.Name) and n.id == "jit" or isinstance(n, ast.Attribute) and n.attr == "jit"
+               or isinstance(n, ast.alias) and n.name == "jit" for n in ast.walk(ast.parse(text)))
 
 
 def defined_in_notebook(value) -> bool:

@@ -2,30 +2,40 @@
 
 The cell goes to the ranks as a file in the job's run directory (``helpers.cells.program``) and runs there under
 ``helpers.cells.rank_main`` through ``run_job``: the same launcher, progress, failure naming, hang detection,
-host-memory admission, stop and Slurm path as every other job. MindSpore's compile cache stays off for a cell:
-a ``@ms.jit`` train step loaded from it returned NaN losses and left the weights untouched (ARCHITECTURE.md).
+host-memory admission, stop and Slurm path as every other job. A cell's graphs are cached in a folder of the
+cell's own (its file and values), unless the cell uses ``jit``: a ``@ms.jit`` train step loaded from MindSpore's
+cache returned NaN losses and left the weights untouched (ARCHITECTURE.md).
 """
 
 from __future__ import annotations
 
-from helpers.cells.program import CELL_FILE, VALUES_FILE, cell_program
+import hashlib
+
+from helpers.cells.program import CELL_FILE, VALUES_FILE, cell_program, uses_jit
 from helpers.core.config import JobConfig
 from helpers.core.paths import resolve
+from helpers.job.compile_cache import CACHE_ENV, compile_cache_dir
 from helpers.job.launch import JobResult, run_job
 
 RANK_MAIN = ("-m", "helpers.cells.rank_main")
 CONFIG_NAME = "cfg"          # what the cell calls the job's config
 
 
-def cell_config(cfg: JobConfig) -> JobConfig:
-    """``cfg`` as a cell's job runs it: no compile cache, the data folder absolute (the ranks run in their run
-    folder)."""
-    return cfg.replace(compile_cache=False, data_dir=str(resolve(cfg.data_dir)))
+def cell_config(cfg: JobConfig, files: dict[str, bytes] | None = None) -> JobConfig:
+    """``cfg`` as the job of the cell program ``files`` runs it: the data folder absolute (the ranks run in their run
+    folder); the compile cache in a folder keyed by the config and the cell's file and values (MindSpore checks only
+    the entry script, ``rank_main``), or off without ``files`` or for a cell that uses ``jit``."""
+    cfg = cfg.replace(data_dir=str(resolve(cfg.data_dir)))
+    if not files or not cfg.compile_cache or uses_jit(files[CELL_FILE].decode()):
+        return cfg.replace(compile_cache=False)
+    cell = hashlib.sha1(files[CELL_FILE] + files[VALUES_FILE]).hexdigest()[:12]
+    return cfg.replace(env={**cfg.env, CACHE_ENV: f"{compile_cache_dir(cfg)}-cell-{cell}"})
 
 
 def cell_job(result: JobResult) -> dict:
     """``run_job`` arguments that launch the cell program of the earlier cell job ``result`` again (its file and
-    notebook values), e.g. on two nodes or through Slurm: ``run_job(cell_config(cfg), **cell_job(result))``."""
+    notebook values), e.g. on two nodes or through Slurm: ``job = cell_job(result)``, then
+    ``run_job(cell_config(cfg, job["files"]), **job)``."""
     files = {name: (result.run_dir / name).read_bytes() for name in (CELL_FILE, VALUES_FILE)}
     return dict(worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)
 
@@ -35,6 +45,6 @@ def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ra
     """Run ``body`` (a cell's code) on ``cfg``'s ranks, where ``cfg`` is the job's config; every other name the
     cell reads from the notebook is sent by value. Raises ``CellError`` before launch, ``JobFailed``
     after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
-    program = cell_program(magic_line, body, namespace, provided={CONFIG_NAME})
-    return run_job(cell_config(cfg), progress=progress, run_root=run_root,
-                   worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=program.files())
+    files = cell_program(magic_line, body, namespace, provided={CONFIG_NAME}).files()
+    return run_job(cell_config(cfg, files), progress=progress, run_root=run_root,
+                   worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)

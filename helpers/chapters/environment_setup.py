@@ -208,7 +208,8 @@ def run_two_nodes(cfg, result, progress: str = "auto"):
     """The code cell of ``result`` again, as 2 nodes x ``world_size/2`` workers (``helpers.job.multinode``)."""
     from helpers.job.multinode import run_two_node_job
 
-    return run_two_node_job(cell_config(cfg).replace(name="two-nodes"), progress=progress, **cell_job(result))
+    job = cell_job(result)
+    return run_two_node_job(cell_config(cfg, job["files"]).replace(name="two-nodes"), progress=progress, **job)
 
 
 def show_on_a_cluster(cfg, result, progress: str = "auto"):
@@ -220,16 +221,17 @@ def show_on_a_cluster(cfg, result, progress: str = "auto"):
     from helpers.job.launchers.slurm import script_preview
     from helpers.job.slurm_queue import slurm_unreachable
 
-    scfg = slurm_config(cell_config(cfg))
+    job = cell_job(result)
+    scfg = slurm_config(cell_config(cfg, job["files"]))
     reason = slurm_unreachable()
     if reason:
         show_md(f"**No Slurm cluster here** ({reason}). `run_job` would submit this batch script with "
                 "`sbatch --parsable` (`<token>` is a fresh random value per job). Point the notebook at a cluster "
                 "with `launcher=\"slurm\", slurm={\"nodes\": 2, \"partition\": \"<yours>\"}` in the parameters cell, "
                 "or `export COURSE_LAUNCHER=slurm COURSE_SLURM='{\"nodes\": 2}'` before starting Jupyter.")
-        print(script_preview(scfg, resolve(f"runs/{cfg.chapter}/<stamp>-slurm"), worker=cell_job(result)["worker"]))
+        print(script_preview(scfg, resolve(f"runs/{cfg.chapter}/<stamp>-slurm"), worker=job["worker"]))
         return None
-    multi = run_job(scfg, progress=progress, **cell_job(result))
+    multi = run_job(scfg, progress=progress, **job)
     show_two_node_comparison(cfg, result, multi, "")
     return multi
 

@@ -163,3 +163,25 @@ def test_a_cell_job_can_be_launched_again_from_its_run_folder(tmp_path):
     assert job["files"] == {CELL_FILE: b"# %%ranks cfg\nx = 1\n", VALUES_FILE: b"values"}
     again = cell_config(cfg)
     assert again.compile_cache is False and again.data_dir.startswith("/")
+
+
+def test_a_cells_graphs_are_cached_in_a_folder_of_its_own_unless_it_uses_jit():
+    """``cell_config``: the cache folder changes with the cell's text and values; a ``jit`` cell compiles afresh
+    (MindSpore's cache loaded a ``@ms.jit`` step without its closure's parameters: NaN losses)."""
+    from helpers.cells.program import uses_jit
+    from helpers.cells.run import cell_config
+    from helpers.core.config import job_config
+    from helpers.job.compile_cache import CACHE_ENV
+
+    cfg = job_config("ci")
+    files = {CELL_FILE: b"# %%ranks cfg\nx = 1\n", VALUES_FILE: b"values"}
+    edited = {**files, CELL_FILE: b"# %%ranks cfg\nx = 2\n"}
+    folder = cell_config(cfg, files).env[CACHE_ENV]
+    assert cell_config(cfg, files).compile_cache and folder == cell_config(cfg, dict(files)).env[CACHE_ENV]
+    assert folder != cell_config(cfg, edited).env[CACHE_ENV]
+    assert folder != cell_config(cfg, {**files, VALUES_FILE: b"other"}).env[CACHE_ENV]
+    assert not cell_config(cfg.replace(compile_cache=False), files).compile_cache
+    for text in ("@ms.jit\ndef f(): pass", "from mindspore import jit", "step = mindspore.jit(f)"):
+        assert uses_jit(text), text
+        assert not cell_config(cfg, {**files, CELL_FILE: text.encode()}).compile_cache
+    assert not uses_jit("class Step(nn.Cell):\n    def construct(self, x):\n        return x  # jit in a comment")
