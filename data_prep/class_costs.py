@@ -1,4 +1,4 @@
-"""Measures what each class of an ImageNet-layout tree costs to read, and predicts each split's straggler from it.
+"""Measures what each class of an ImageNet-layout tree costs to read; predicts each split's straggler from it.
 
 Real classes differ in what an image costs to load (ImageNet's classes range from small web JPEGs to large
 photos), so a split that gives a rank whole classes can give it a heavier load. Per class, a seeded sample of
@@ -83,8 +83,9 @@ def class_files(folder: Path) -> tuple[list[Path], int]:
     return images, other
 
 
-def measure_class(folder: Path, ops: Sequence, sample: int, rng: np.random.Generator, repeat: int = 1) -> dict:
-    """One class: a seeded sample of its images read and decoded; files sampled, skipped, mean bytes and time."""
+def measure_class(folder: Path, ops: Sequence, sample: int, rng: np.random.Generator,
+                  repeat: int = 1) -> dict:
+    """One class: a seeded sample of its images read and decoded; files sampled, skipped, mean bytes, time."""
     images, non_image = class_files(folder)
     if not images:
         raise DataError(f"class folder {folder} has no images")
@@ -111,12 +112,12 @@ def class_costs(tree: str | Path, sample: int = 20, size: int = 224, stem: str =
     """Per-class cost of ``tree``'s train split (see the module docstring), as a JSON-ready dict.
 
     ``classes``: one row per class in the reader's (sorted) order; ``class_cost_s``: the mean decode + resize
-    seconds per image in the same order (what :func:`predict_splits` takes beside ``scan_split(tree).labels``).
+    seconds per image in that order (what :func:`predict_splits` takes beside ``scan_split(tree).labels``).
     ``progress`` receives one line per class measured."""
     if sample < 1 or repeat < 1:
         raise ValueError(f"sample and repeat must be >= 1 (got {sample}, {repeat})")
     if not Path(tree).is_dir():
-        raise DataError(f"{tree} does not exist: expected an ImageNet-layout folder holding train/<class>/*.JPEG")
+        raise DataError(f"{tree} does not exist: expected an ImageNet-layout folder, train/<class>/*.JPEG")
     index = scan_split(tree, "train")            # no train/, no classes, an empty class: DataError
     ops = pipeline_ops(size, stem)
     rng = np.random.default_rng(seed)
@@ -140,7 +141,7 @@ def class_costs(tree: str | Path, sample: int = 20, size: int = 224, stem: str =
 # ------------------------------------------------------------------------------------------ predicting
 def split_shards(labels, ranks: int, batch: int, seed: int = 0) -> dict[str, list[np.ndarray]]:
     """Each split's per-rank sample indices: the course's own (``shard_indices``), except shuffle=True, whose
-    order lives in MindSpore's engine: a seeded permutation dealt i::n (the same distribution, no pipeline)."""
+    order lives in MindSpore's engine: a seeded permutation dealt i::n (same distribution, no pipeline)."""
     from helpers.train.sampler import SHARD_KINDS, shard_indices
 
     labels = np.asarray(labels)
@@ -214,7 +215,8 @@ def format_report(report: dict, predictions: dict, ranks: int, batch: int) -> st
         if hidden and i == TABLE_ROWS // 2:
             lines.append(f"{'...':<{width}}  ({hidden} classes between these, all in --json)")
         lines.append(f"{r['name']:<{width}}  {r['images']:>7}  {r['sampled']:>7}  "
-                     f"{r['non_image_skipped'] + r['unreadable_skipped']:>7}  {r['mean_bytes'] / 1024:>8.1f}  "
+                     f"{r['non_image_skipped'] + r['unreadable_skipped']:>7}  "
+                     f"{r['mean_bytes'] / 1024:>8.1f}  "
                      f"{r['decode_resize_s'] * 1e3:>8.3f}  {r['load_share']:>10.1%}")
     cost = np.array(report["class_cost_s"])
     lines += [f"costliest class / cheapest: {cost.max() / cost.min():.2f}x", "",

@@ -51,7 +51,7 @@ def test_non_images_and_unreadable_files_are_skipped_and_counted(measured):
     _, report = measured
     heavy, light = report["classes"]
     assert (heavy["sampled"], heavy["non_image_skipped"], heavy["unreadable_skipped"]) == (4, 0, 0)
-    assert (light["images"], light["sampled"]) == (5, 4)          # broken.JPEG is listed, then fails to decode
+    assert (light["images"], light["sampled"]) == (5, 4)      # broken.JPEG is listed, then fails to decode
     assert (light["non_image_skipped"], light["unreadable_skipped"]) == (1, 1)
 
 
@@ -66,10 +66,11 @@ def test_measured_costs_predict_contiguous_slow_and_stratified_even(measured):
 
 
 def test_prediction_with_given_costs_is_exact():
-    labels = np.repeat([0, 1], 8)                    # class-sorted, class 0 costs 3, class 1 costs 1 per image
+    labels = np.repeat([0, 1], 8)                # class-sorted, class 0 costs 3, class 1 costs 1 per image
     pred = predict_splits(labels, [3.0, 1.0], ranks=2, batch=2)
     # contiguous: rank 0 reads 2 x 3 = 6 per step, rank 1 2 x 1 = 2: max 6 over mean 4, every step
-    assert pred["contiguous"] == dict(step_max_over_mean=1.5, shard_max_over_mean=1.5, slowest_rank=0, steps=4)
+    assert pred["contiguous"] == dict(step_max_over_mean=1.5, shard_max_over_mean=1.5, slowest_rank=0,
+                                      steps=4)
     # i::n: both ranks read the same class in a step (6, 6 then 2, 2): even per step and per shard
     assert pred["distributed"]["step_max_over_mean"] == 1.0
     assert pred["distributed"]["shard_max_over_mean"] == 1.0
@@ -110,7 +111,7 @@ def test_cli_on_the_generated_imagenet_tree(tmp_path, capsys):
     assert "[4/4] n01491361: 6 images read" in printed.err
     assert "contiguous blocks" in printed.out and "stratified" in printed.out
     report = json.loads(out.read_text())
-    assert [c["sampled"] for c in report["classes"]] == [6, 6, 6, 6]      # CMYK, grayscale, PNG-as-JPEG decode
+    assert [c["sampled"] for c in report["classes"]] == [6, 6, 6, 6]  # CMYK, grayscale, PNG-as-JPEG decode
     assert set(report["predictions"]) == set(SHARD_KINDS)
     assert report["predictions"]["contiguous"]["steps"] == 4             # 12 images per rank / 3
     assert all(p["step_max_over_mean"] >= 1.0 for p in report["predictions"].values())
