@@ -5,7 +5,7 @@ everything it starts (msrun, scheduler, ranks, subprocesses) as one footprint (`
 keeps per chapter its peak, the budget (``BUDGET_MB``: 6 GB ci, 10 GB cpu), each job's own peak and what
 ``run_job`` estimated for it before launch, plus the disk the run used (run folders, compile cache, data).
 Writes ``benchmarks/results/host_memory.json`` (one entry per preset; chapters of other runs kept), and prints the
-README's "what your machine needs" table from it with ``--table``.
+"what your machine needs" table of docs/presets.md from it with ``--table``.
 
     python -m benchmarks.host_memory --preset ci [--only 02]
     python -m benchmarks.host_memory --table
@@ -92,7 +92,7 @@ def store(preset: str, entry: dict) -> dict:
 
 
 def table(data: dict) -> str:
-    """The README's "what your machine needs" table: per preset, the largest chapter peak, cores, disk."""
+    """docs/presets.md's "what your machine needs" table: per preset, the largest chapter peak, cores, disk."""
     rows = ["| preset | RAM: peak host memory (largest chapter) | budget | chapters measured | cores | disk: data + "
             "compile cache + run folders |", "| --- | --- | --- | --- | --- | --- |"]
     for preset in ("ci", "cpu"):
@@ -110,12 +110,12 @@ def table(data: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    """Measure ``--preset`` (or only print the README table with ``--table``) and store the results."""
+    """Measure ``--preset`` (or only print the docs/presets.md table with ``--table``) and store the results."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="ci", choices=["ci", "cpu"])
     ap.add_argument("--only", nargs="*", help="chapter prefixes, e.g. 02")
     ap.add_argument("--out", default="runs/host_memory_bench")
-    ap.add_argument("--table", action="store_true", help="only print the README table from the stored results")
+    ap.add_argument("--table", action="store_true", help="only print the docs/presets.md table from the stored results")
     args = ap.parse_args(argv)
     if args.table:
         data = json.loads(PATH.read_text()) if PATH.exists() else {}
