@@ -112,7 +112,7 @@ def class_costs(tree: str | Path, sample: int = 20, size: int = 224, stem: str =
     """Per-class cost of ``tree``'s train split (see the module docstring), as a JSON-ready dict.
 
     ``classes``: one row per class in the reader's (sorted) order; ``class_cost_s``: the mean decode + resize
-    seconds per image in that order (what :func:`predict_splits` takes beside ``scan_split(tree).labels``).
+    seconds per image in that order (what :func:`predict_splits` takes beside :func:`report_labels`).
     ``progress`` receives one line per class measured."""
     if sample < 1 or repeat < 1:
         raise ValueError(f"sample and repeat must be >= 1 (got {sample}, {repeat})")
@@ -139,6 +139,12 @@ def class_costs(tree: str | Path, sample: int = 20, size: int = 224, stem: str =
 
 
 # ------------------------------------------------------------------------------------------ predicting
+def report_labels(report: dict) -> np.ndarray:
+    """The class-sorted label of every image the report counted (the reader's order), with no second listing."""
+    counts = [r["images"] for r in report["classes"]]
+    return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
+
+
 def split_shards(labels, ranks: int, batch: int, seed: int = 0) -> dict[str, list[np.ndarray]]:
     """Each split's per-rank sample indices: the course's own (``shard_indices``), except shuffle=True, whose
     order lives in MindSpore's engine: a seeded permutation dealt i::n (same distribution, no pipeline)."""
@@ -246,8 +252,8 @@ def main(argv=None) -> int:
     try:
         report = class_costs(a.tree, a.sample, a.size, a.stem, a.repeat, a.seed,
                              progress=lambda line: print(line, file=sys.stderr, flush=True))
-        labels = scan_split(a.tree, "train").labels
-        predictions = predict_splits(labels, report["class_cost_s"], a.ranks, a.batch, a.seed, a.steps)
+        predictions = predict_splits(report_labels(report), report["class_cost_s"], a.ranks, a.batch, a.seed,
+                                     a.steps)
     except DataError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from data_prep.class_costs import class_costs, main, predict_splits, step_loads
+from data_prep.class_costs import class_costs, main, predict_splits, report_labels, step_loads
 from data_prep.fake_imagenet import write_fake_imagenet
 from helpers.core.errors import DataError
 from helpers.train.image_folder import scan_split
@@ -114,4 +114,5 @@ def test_cli_on_the_generated_imagenet_tree(tmp_path, capsys):
     assert [c["sampled"] for c in report["classes"]] == [6, 6, 6, 6]  # CMYK, grayscale, PNG-as-JPEG decode
     assert set(report["predictions"]) == set(SHARD_KINDS)
     assert report["predictions"]["contiguous"]["steps"] == 4             # 12 images per rank / 3
+    assert report_labels(report).tolist() == scan_split(tree, "train").labels.tolist()
     assert all(p["step_max_over_mean"] >= 1.0 for p in report["predictions"].values())
