@@ -140,7 +140,7 @@ def class_costs(tree: str | Path, sample: int = 20, size: int = 224, stem: str =
 
 # ------------------------------------------------------------------------------------------ predicting
 def report_labels(report: dict) -> np.ndarray:
-    """The class-sorted label of every image the report counted (the reader's order), with no second listing."""
+    """The class-sorted label of every image the report counted (the reader's order): no second listing."""
     counts = [r["images"] for r in report["classes"]]
     return np.repeat(np.arange(len(counts), dtype=np.int32), counts)
 
