@@ -11,13 +11,13 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 120
 PAGES = [REPO / "README.md", REPO / "INSTRUCTOR.md", *sorted((REPO / "docs").glob("*.md"))]
+FENCE = re.compile(r"^```.*?^```", re.S | re.M)   # a fenced code block
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
 
 def prose(text: str) -> str:
     """The text outside fenced code blocks and inline code spans (links there are not links)."""
-    text = re.sub(r"^```.*?^```", "", text, flags=re.S | re.M)
-    return re.sub(r"`[^`\n]*`", "", text)
+    return re.sub(r"`[^`\n]*`", "", FENCE.sub("", text))
 
 
 def slug(heading: str) -> str:
@@ -33,8 +33,7 @@ def anchors(path: Path) -> set[str]:
     """Every heading anchor of a markdown file, with GitHub's -1, -2 suffixes for repeats."""
     seen: dict[str, int] = {}
     out = set()
-    text = re.sub(r"^```.*?^```", "", path.read_text(), flags=re.S | re.M)
-    for line in text.splitlines():
+    for line in FENCE.sub("", path.read_text()).splitlines():
         m = re.match(r"#{1,6}\s+(.*?)\s*#*\s*$", line)
         if not m:
             continue
