@@ -1,18 +1,20 @@
 """The GPU host before a GPU job: the driver and every card (nvidia-smi), ``CUDA_HOME`` and the GPU plugin MindSpore
-will pick from it (``helpers.job.gpu_plugin_choice``), the CUDA runtime / cuDNN / NCCL libraries the installed wheel's
-GPU plugins link against what the host's loader can find, CUPTI, and whether MindSpore loaded its GPU plugin. Every
+will pick from it (``helpers.job.gpu_plugin_choice``), the CUDA runtime / cuDNN / NCCL / CUPTI files that plugin
+loads in the loader's order (``helpers.job.cuda_libraries``), and whether MindSpore loaded its GPU plugin. Every
 external call is injectable, so the tests run on canned outputs.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 
-from helpers.job.gpu_plugin_choice import (GPU_PLUGIN_STEM, cuda_home_checks, cupti_check, plugin_version,
-                                          wheel_gpu_plugin_files)
+from helpers.job.cuda_libraries import cuda_major, cupti_check, order_fix, plugin_search
+from helpers.job.gpu_plugin_choice import GPU_PLUGIN_STEM, cuda_home_checks, plugin_version, wheel_gpu_plugin_files
+from helpers.job.loader_search import Found, SearchOrder
 from helpers.job.machine_checks import Check
-from helpers.job.shared_libs import loader_visible, mindspore_plugin_dir, needed_libraries
+from helpers.job.shared_libs import ldconfig_cache, mindspore_plugin_dir, needed_libraries
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,memory.used,utilization.gpu,driver_version",
              "--format=csv,noheader,nounits"]
@@ -89,57 +91,57 @@ def card_checks(cards: list[dict]) -> list[Check]:
     return out
 
 
-_FIND_STEMS = ("cuda", "cudart", "cublas", "cufft", "curand", "cusolver", "cusparse", "nvrtc", "cudnn", "nccl")
-
-
-def host_libraries(run=None, find_library=None, ld_library_path: str | None = None) -> set[str]:
-    """CUDA-family library names the dynamic loader can see: the ``LD_LIBRARY_PATH`` folders, ``ldconfig -p`` and
-    ``find_library`` (which returns one version per name, e.g. ``libcudart.so.12``)."""
-    import ctypes.util
-
-    find_library = find_library or ctypes.util.find_library
-    found = set(loader_visible(run, ld_library_path))
-    for stem in _FIND_STEMS:
-        try:
-            name = find_library(stem)
-        except Exception:  # noqa: BLE001 - find_library may shell out and fail
-            name = None
-        if name:
-            found.add(name)
-    return set(cuda_sonames(found))
-
-
 def _family(soname: str) -> str:
     return ("cuDNN" if soname.startswith("libcudnn") else "NCCL" if soname.startswith("libnccl")
             else "CUDA driver" if soname.startswith("libcuda.so") else "CUDA runtime")
 
 
-def cuda_library_checks(plugins: dict[str, list[str]], host: set[str], bundled_nccl: dict[str, str] | None = None,
-                        chosen: str | None = None) -> list[Check]:
-    """CUDA runtime / cuDNN / NCCL (and the driver's libcuda.so.1): what the host has against what the wheel's GPU
-    plugins link. Judged for the plugin MindSpore picks (``chosen``, a CUDA version), else for the one the host comes
-    closest to serving (ties: the newer CUDA)."""
+def _where(found: list[Found]) -> str:
+    """``/usr/local/cuda-11.6/lib64 (LD_LIBRARY_PATH)``: the folders the files load from, with the search step."""
+    return "; ".join(sorted({f"{f.folder} ({f.step})" for f in found}))
+
+
+def cuda_library_checks(plugins: dict[str, list[str]], searches: dict[str, SearchOrder],
+                        bundled_nccl: dict[str, str] | None = None, chosen: str | None = None, run=None) -> list[Check]:
+    """CUDA runtime / cuDNN / NCCL (and the driver's libcuda.so.1): the file the loader opens for each library a GPU
+    plugin links, looked up from that plugin (``searches[version]``: its RPATH first), and its CUDA major. Judged for
+    the plugin MindSpore picks (``chosen``, a CUDA version), else for the one the host comes closest to serving
+    (ties: the newer CUDA)."""
     if not plugins:
         return [Check("GPU plugin", "the installed wheel ships no GPU plugin", False,
                       "install a MindSpore 2.10 wheel built with GPU support")]
-    missing_by = {ver: [lib for lib in libs if lib not in host] for ver, libs in plugins.items()}
+    found_by = {ver: {lib: searches[ver].find(lib) for lib in libs} for ver, libs in plugins.items()}
+    missing_by = {ver: [lib for lib, f in found.items() if f.path is None] for ver, found in found_by.items()}
     best = chosen if chosen in plugins else min(missing_by, key=lambda v: (len(missing_by[v]), -float(v)))
-    need, miss = plugins[best], missing_by[best]
+    need, found, search, want = plugins[best], found_by[best], searches[best], int(best.split(".")[0])
+    visible = search.visible()
     out = []
     for fam in ("CUDA driver", "CUDA runtime", "cuDNN"):
-        want = [lib for lib in need if _family(lib) == fam]
-        if not want:
+        libs = [lib for lib in need if _family(lib) == fam]
+        if not libs:
             continue
-        lacking = [lib for lib in want if lib in miss]
-        have = sorted(lib for lib in host if _family(lib) == fam)
-        value = (f"{', '.join(want)} found (CUDA {best} plugin)" if not lacking else
-                 f"missing {', '.join(lacking)} (CUDA {best} plugin); host has {', '.join(have) or 'none'}")
-        note = ("what the wheel's GPU plugin links is there" if not lacking else
-                "libcuda.so.1 comes with the NVIDIA driver: install the driver" if fam == "CUDA driver" else
-                CUDA11_TOOLKIT_FIX)
-        out.append(Check(fam, value, not lacking, note))
+        lacking = [lib for lib in libs if found[lib].path is None]
+        wrong = []
+        for lib in ([] if fam == "CUDA driver" or lacking else libs):
+            major, how = cuda_major(found[lib].path, run)
+            if major not in (None, want):
+                wrong.append((found[lib], major, how))
+        have = sorted(n for n in cuda_sonames(visible) if _family(n) == fam)
+        if lacking:
+            value = f"missing {', '.join(lacking)} (CUDA {best} plugin); host has {', '.join(have) or 'none'}"
+            note = ("libcuda.so.1 comes with the NVIDIA driver: install the driver" if fam == "CUDA driver" else
+                    CUDA11_TOOLKIT_FIX)
+        elif wrong:
+            f, major, how = wrong[0]
+            value = (f"{f.name} loads from {f.path} (found on the {f.step}): CUDA {major}'s ({how}); the CUDA {best} "
+                     f"plugin needs CUDA {want}'s")
+            note = order_fix(f, search, want, "$CUDA_HOME/lib64")
+        else:
+            value = f"{', '.join(libs)} found (CUDA {best} plugin) in {_where([found[lib] for lib in libs])}"
+            note = "what the wheel's GPU plugin links is there"
+        out.append(Check(fam, value, not lacking and not wrong, note))
     nccl = (bundled_nccl or {}).get(best)
-    host_nccl = sorted(lib for lib in host if lib.startswith("libnccl"))
+    host_nccl = sorted(n for n in cuda_sonames(visible) if n.startswith("libnccl"))
     out.append(Check("NCCL", f"bundled with the wheel ({nccl})" if nccl else
                      f"host: {', '.join(host_nccl) or 'none'}", bool(nccl or host_nccl),
                      "the wheel's collective library loads its own libnccl.so.2 (RPATH $ORIGIN); no host NCCL needed"
@@ -188,27 +190,34 @@ def gpu_status_check(ok: bool, why: str) -> Check:
     return Check("MindSpore GPU plugin", "not loaded", False, reason)
 
 
-def gpu_checks(run=None, find_library=None, plugins=None, host=None, bundled_nccl=None, ms_gpu=None, env=None,
-               load_library=None, plugin_files=None) -> list[Check]:
+def gpu_checks(run=None, plugins=None, search_for=None, bundled_nccl=None, ms_gpu=None, env=None, load_library=None,
+               plugin_files=None) -> list[Check]:
     """Driver and cards (nvidia-smi), CUDA_HOME / nvcc / the plugin MindSpore picks, the CUDA runtime / cuDNN / NCCL
-    that plugin links against what the host has, CUPTI, and whether MindSpore loaded its GPU plugin. Every input is
-    injectable (tests): ``run`` is ``subprocess.run``, ``find_library`` ``ctypes.util.find_library``, ``env``
-    ``os.environ``, ``load_library`` ``ctypes.CDLL``, ``plugin_files`` the wheel's GPU plugin file names;
-    ``plugins`` / ``host`` / ``bundled_nccl`` / ``ms_gpu`` replace :func:`wheel_gpu_plugins` /
-    :func:`host_libraries` / :func:`wheel_bundled_nccl` / :func:`mindspore_gpu_status`."""
+    files that plugin loads (looked up in the loader's order from the plugin file), CUPTI, and whether MindSpore loaded
+    its GPU plugin. Every input is injectable (tests): ``run`` is ``subprocess.run``, ``env`` ``os.environ``,
+    ``load_library`` ``ctypes.CDLL``, ``plugin_files`` the wheel's GPU plugin file names, ``search_for(version)`` the
+    loader's order from that plugin (:func:`helpers.job.cuda_libraries.plugin_search`); ``plugins`` /
+    ``bundled_nccl`` / ``ms_gpu`` replace :func:`wheel_gpu_plugins` / :func:`wheel_bundled_nccl` /
+    :func:`mindspore_gpu_status`."""
     import subprocess
 
     run = run or subprocess.run
+    env = os.environ if env is None else env
     out = driver_and_card_checks(run)
-    home, chosen = cuda_home_checks(os.environ if env is None else env, run, plugin_files)
+    home, chosen = cuda_home_checks(env, run, plugin_files)
     out += home
-    if host is None:
-        host = host_libraries(run, find_library)
-    out += cuda_library_checks(wheel_gpu_plugins() if plugins is None else plugins, host,
-                               wheel_bundled_nccl() if bundled_nccl is None else bundled_nccl, chosen)
+    plugins = wheel_gpu_plugins() if plugins is None else plugins
+    if search_for is None:
+        cache = ldconfig_cache(run)
+        search_for = functools.partial(plugin_search, env=env, run=run, cache=cache)
+    searches = {ver: search_for(ver) for ver in plugins}
+    out += cuda_library_checks(plugins, searches, wheel_bundled_nccl() if bundled_nccl is None else bundled_nccl,
+                               chosen, run)
     majors = {v[0] for f in (plugin_files or wheel_gpu_plugin_files()) if (v := plugin_version(f))}
     cuda_major = int(chosen.split(".")[0]) if chosen else (majors.pop() if len(majors) == 1 else None)
-    out.append(cupti_check(load_library, run, cuda_major))
+    newest = chosen or max(plugins, key=lambda v: tuple(int(x) for x in v.split(".")), default=None)
+    if newest is not None:
+        out.append(cupti_check(searches.get(newest) or search_for(newest), cuda_major, load_library, run))
     out.append(gpu_status_check(*(mindspore_gpu_status() if ms_gpu is None else ms_gpu)))
     return out
 

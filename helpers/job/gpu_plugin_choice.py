@@ -1,6 +1,6 @@
 """Which GPU plugin MindSpore 2.10 loads on this host, decided the way its plugin loader decides (``CUDA_HOME``,
-``$CUDA_HOME/bin/nvcc --version``, the wheel's ``libmindspore_gpu.so.<ver>`` files), and whether the GPU profiler
-can load CUPTI. Every external call is injectable (environment, command runner, library loader).
+``$CUDA_HOME/bin/nvcc --version``, the wheel's ``libmindspore_gpu.so.<ver>`` files). Every external call is
+injectable (environment, command runner).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import os
 import re
 
 from helpers.job.machine_checks import Check
-from helpers.job.shared_libs import loader_visible, mindspore_plugin_dir, soname
+from helpers.job.shared_libs import mindspore_plugin_dir
 
 # The loader: DeviceContextManager::LoadPlugin / SelectGpuPlugin in lib/libmindspore_hardware_abstract.so
 # (runtime/hardware_abstract/device_context/device_context_manager.cc). Its strings, pinned by
@@ -24,15 +24,11 @@ NVCC_KEY_MISSING_LOG = "Cannot found nvcc version key words ["
 NO_PLUGIN_LOG = ", but can not find suitable gpu plugin."
 GPU_PLUGIN_STEM = "libmindspore_gpu"          # kGpuPluginName: plugin files are grouped by the name before the first '.'
 NVCC_READ_BYTES = 999                         # kBufferSize: one read() of nvcc's stdout
-# The GPU profiler dlopens the unversioned name (lib/plugin/libmindspore_gpu.so.11.x; cupti_interface.cc).
-CUPTI_SONAME = "libcupti.so"
 
 CUDA_HOME_FIX = ("export CUDA_HOME=<a CUDA 11.x toolkit with bin/nvcc> (e.g. /usr/local/cuda-11.6 from NVIDIA's CUDA "
                  "11.6 installer or the distribution's CUDA 11 package; it may sit beside CUDA 12). The pip-only route "
                  "(nvidia-*-cu11 wheels) cannot work: it has no nvcc (PyPI's nvidia-cuda-nvcc-cu11 ships ptxas only), "
                  "and MindSpore picks its GPU plugin from `$CUDA_HOME/bin/nvcc --version`")
-CUPTI_FIX = ("export LD_LIBRARY_PATH=$CUDA_HOME/extras/CUPTI/lib64:$LD_LIBRARY_PATH (only chapter 04 needs it: "
-             "MindSpore's GPU profiler dlopens libcupti.so)")
 _PIPE = dict(capture_output=True, text=True, timeout=30)
 
 
@@ -150,27 +146,3 @@ def cuda_home_checks(env=None, run=None, files=None) -> tuple[list[Check], str |
                      f"{NO_PLUGIN_LOG}' and has no GPU; {CUDA_HOME_FIX}"))
     pair = plugin_version(chosen) if chosen else None
     return out, (f"{pair[0]}.{pair[1]}" if pair else None)
-
-
-def cupti_check(load_library=None, run=None, cuda_major: int | None = 11, visible=None) -> Check:
-    """Whether ``libcupti.so`` loads (what MindSpore's GPU profiler dlopens) and is CUPTI of the plugin's CUDA major
-    (its DT_SONAME, ``libcupti.so.<major>[.<minor>]``, of the file the loader finds). ``load_library`` is
-    ``ctypes.CDLL``, ``visible`` replaces :func:`helpers.job.shared_libs.loader_visible`."""
-    import ctypes
-
-    load_library = load_library or ctypes.CDLL
-    name = "CUPTI (chapter 04)"
-    try:
-        load_library(CUPTI_SONAME)
-    except OSError as exc:
-        return Check(name, f"{CUPTI_SONAME} does not load ({exc})", False, CUPTI_FIX)
-    path = (loader_visible(run) if visible is None else visible).get(CUPTI_SONAME)
-    major = re.fullmatch(r"libcupti\.so\.(\d+)(?:\.\d+)*", soname(path, run) or "") if path else None
-    if cuda_major is None or major is None:
-        return Check(name, f"{CUPTI_SONAME} loads ({path or 'path not found'}; its CUDA version unread)", True,
-                     "the GPU profiler can load CUPTI; check it is the CUPTI of your CUDA 11 toolkit")
-    if int(major.group(1)) != cuda_major:
-        return Check(name, f"{CUPTI_SONAME} here is CUDA {major.group(1)}'s ({major.group(0)} at {path}); the GPU "
-                     f"plugin is built for CUDA {cuda_major}", False, CUPTI_FIX)
-    return Check(name, f"{CUPTI_SONAME} loads ({major.group(0)} at {path})", True,
-                 "the GPU profiler can record kernels")

@@ -21,11 +21,12 @@ def parse_needed(readelf_text: str) -> list[str]:
 
 def elf_needed(path) -> list[str]:
     """DT_NEEDED of a 64-bit little-endian ELF file, pure Python (when ``readelf`` is missing)."""
-    return _elf_dynamic_strings(path, 1)
+    return elf_dynamic_strings(path, 1)
 
 
-def _elf_dynamic_strings(path, wanted_tag: int) -> list[str]:
-    """The string values of one tag of an ELF file's dynamic section (1: DT_NEEDED, 14: DT_SONAME)."""
+def elf_dynamic_strings(path, wanted_tag: int) -> list[str]:
+    """The string values of one tag of an ELF file's dynamic section (1: DT_NEEDED, 14: DT_SONAME, 15: DT_RPATH,
+    29: DT_RUNPATH)."""
     data = Path(path).read_bytes()
     if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
         raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
@@ -79,7 +80,7 @@ def soname(path, run=None) -> str | None:
     except (OSError, subprocess.SubprocessError):
         pass
     try:
-        names = _elf_dynamic_strings(path, 14)
+        names = elf_dynamic_strings(path, 14)
     except (OSError, ValueError):
         return None
     return names[0] if names else None
@@ -100,10 +101,7 @@ def parse_ldconfig_paths(text: str) -> dict[str, str]:
 
 def loader_visible(run=None, ld_library_path: str | None = None) -> dict[str, str]:
     """``{library name: path}`` the dynamic loader can find: the ``LD_LIBRARY_PATH`` folders (searched first),
-    then the ``ldconfig -p`` cache."""
-    import subprocess
-
-    run = run or subprocess.run
+    then the ``ldconfig -p`` cache (a library's own RPATH/RUNPATH: ``helpers.job.loader_search``)."""
     found: dict[str, str] = {}
     path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     for folder in filter(None, path.split(":")):
@@ -113,13 +111,21 @@ def loader_visible(run=None, ld_library_path: str | None = None) -> dict[str, st
                     found.setdefault(f.name, str(f))
         except OSError:
             pass
+    for name, where in ldconfig_cache(run).items():
+        found.setdefault(name, where)
+    return found
+
+
+def ldconfig_cache(run=None) -> dict[str, str]:
+    """``{library name: path}`` of the loader's cache (``ldconfig -p``); empty when ldconfig cannot run."""
+    import subprocess
+
+    run = run or subprocess.run
     ldconfig = shutil.which("ldconfig") or "/sbin/ldconfig"
     try:
-        for name, where in parse_ldconfig_paths(run([ldconfig, "-p"], **_PIPE).stdout).items():
-            found.setdefault(name, where)
+        return parse_ldconfig_paths(run([ldconfig, "-p"], **_PIPE).stdout)
     except (OSError, subprocess.SubprocessError):
-        pass
-    return found
+        return {}
 
 
 def mindspore_plugin_dir() -> Path:

@@ -23,8 +23,8 @@ def test_gpu_report_on_this_cpu_machine_names_cuda_home_and_cupti(capsys, monkey
     assert main(["--preset", "gpu8", "--device-target", "GPU"]) == 1
     out = capsys.readouterr().out
     assert "FAIL  CUDA_HOME" in out and "fix: export CUDA_HOME=<a CUDA 11.x toolkit with bin/nvcc>" in out
-    assert "FAIL  CUPTI (chapter 04)" in out
-    assert "fix: export LD_LIBRARY_PATH=$CUDA_HOME/extras/CUPTI/lib64:$LD_LIBRARY_PATH" in out
+    assert "FAIL  CUPTI (chapter 04)" in out          # none here, or /usr/local/cuda's of another CUDA (RPATH)
+    assert "LD_LIBRARY_PATH=$CUDA_HOME/extras/CUPTI/lib64:$LD_LIBRARY_PATH" in out
 
 
 def test_ascend_report_on_this_cpu_machine_names_each_missing_prerequisite(capsys, monkeypatch):

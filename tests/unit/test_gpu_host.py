@@ -11,11 +11,14 @@ from types import SimpleNamespace
 
 import pytest
 
+from helpers.job import cuda_libraries as C
 from helpers.job import gpu_host as E
 from helpers.job import gpu_plugin_choice as P
 from helpers.job import shared_libs as L
 from helpers.job.gpu_host import card_checks, card_memory_gib, gpu_checks, parse_nvidia_smi
+from helpers.job.loader_search import SearchOrder, search_order
 from helpers.job.shared_libs import parse_ldconfig
+from tests.unit.elf_files import write_elf
 
 A100 = "0, NVIDIA A100-SXM4-40GB, 8.0, 40960, 3, 0, 535.104.05\n1, NVIDIA A100-SXM4-40GB, 8.0, 40960, 3, 0, 535.104.05\n"
 H100 = "0, NVIDIA H100 80GB HBM3, 9.0, 81559, 2, 0, 550.54.15\n"
@@ -73,18 +76,20 @@ def stub_cuda_home(tmp_path, nvcc_output):
     return str(tmp_path)
 
 
-def no_find(name):
-    return None
-
-
 def loads(name):
     return object()
 
 
-def checks_for(smi, ldconfig, find=no_find, ms_gpu=(False, ""), env=None, load=loads, soname="libcupti.so.11.6"):
-    return {c.name: c for c in gpu_checks(run=fake_run(smi, ldconfig, soname), find_library=find, plugins=PLUGINS,
-                                          bundled_nccl=NCCL, ms_gpu=ms_gpu, env=env or {}, load_library=load,
-                                          plugin_files=FILES)}
+def cache_only(ldconfig):
+    """``search_for``: a plugin whose RPATH holds nothing of CUDA, the host's libraries all in the loader cache."""
+    return lambda version: SearchOrder(f"/wheel/plugin/libmindspore_gpu.so.{version}",
+                                       cache=L.parse_ldconfig_paths(ldconfig), default_dirs=())
+
+
+def checks_for(smi, ldconfig, ms_gpu=(False, ""), env=None, load=loads, soname="libcupti.so.11.6"):
+    return {c.name: c for c in gpu_checks(run=fake_run(smi, ldconfig, soname), plugins=PLUGINS,
+                                          search_for=cache_only(ldconfig), bundled_nccl=NCCL, ms_gpu=ms_gpu,
+                                          env=env or {}, load_library=load, plugin_files=FILES)}
 
 
 def test_parsers():
@@ -97,12 +102,12 @@ def test_parsers():
     assert L.parse_ldconfig_paths(LDCONFIG_116)["libcupti.so"] == "/usr/local/cuda/lib64/libcupti.so"
 
 
-def test_host_libraries_merges_ldconfig_ld_library_path_and_find_library(tmp_path):
+def test_the_libraries_a_plugin_sees_merge_its_folders_and_the_cache(tmp_path):
     (tmp_path / "libcudnn.so.8").write_text("")
     (tmp_path / "libcurl.so.4").write_text("")
-    found = E.host_libraries(fake_run(ldconfig=ldconfig_text({"libcudart.so.11.0", "libcups.so.2"})),
-                             {"nccl": "libnccl.so.2"}.get, ld_library_path=str(tmp_path))
-    assert found == {"libcudart.so.11.0", "libcudnn.so.8", "libnccl.so.2"}
+    search = SearchOrder("/p.so", ld_library_path=(str(tmp_path),),
+                         cache=L.parse_ldconfig_paths(ldconfig_text({"libcudart.so.11.0", "libcups.so.2"})))
+    assert E.cuda_sonames(search.visible()) == ["libcudart.so.11.0", "libcudnn.so.8"]
 
 
 # ---------------------------------------------------------------- the loader's choice (issue 28, item 1)
@@ -168,22 +173,23 @@ def test_plugin_choice_details():
     assert P.choose_gpu_plugin("12", FILES)[0] is None
 
 
-# ---------------------------------------------------------------- CUPTI (issue 28, item 2)
+# ---------------------------------------------------------------- CUPTI (issue 28, item 2; issue 45, item 1)
 def test_cupti_that_does_not_load_fails_with_the_extras_path():
     def refuse(name):
         raise OSError(f"{name}: cannot open shared object file: No such file or directory")
 
-    check = P.cupti_check(refuse, visible={})
-    assert not check.ok and "libcupti.so" in check.value
+    check = C.cupti_check(SearchOrder("/p.so", cache={"libcupti.so": "/opt/libcupti.so"}, default_dirs=()), 11,
+                          refuse)
+    assert not check.ok and "libcupti.so" in check.value and "does not load" in check.value
     assert check.note.startswith("export LD_LIBRARY_PATH=$CUDA_HOME/extras/CUPTI/lib64:$LD_LIBRARY_PATH")
     assert "only chapter 04" in check.note
 
 
 def test_cupti_of_another_cuda_major_fails_and_cuda_11_passes():
-    where = {"libcupti.so": "/usr/local/cuda-13.0/lib/libcupti.so"}
-    bad = P.cupti_check(loads, fake_run(cupti_soname="libcupti.so.13"), 11, visible=where)
+    search = SearchOrder("/p.so", cache={"libcupti.so": "/usr/local/cuda-13.0/lib/libcupti.so"}, default_dirs=())
+    bad = C.cupti_check(search, 11, loads, fake_run(cupti_soname="libcupti.so.13"))
     assert not bad.ok and "CUDA 13's" in bad.value and "extras/CUPTI/lib64" in bad.note
-    good = P.cupti_check(loads, fake_run(cupti_soname="libcupti.so.11.6"), 11, visible=where)
+    good = C.cupti_check(search, 11, loads, fake_run(cupti_soname="libcupti.so.11.6"))
     assert good.ok and "libcupti.so.11.6" in good.value
 
 
@@ -208,14 +214,37 @@ def test_a100_with_cuda_11_6_toolkit_passes(tmp_path):
 
 
 def test_libraries_are_judged_for_the_plugin_the_loader_picks():
-    host = set(PLUGINS["11.1"])                       # CUDA 11.1's runtime, while nvcc says 11.6
-    rt = {c.name: c for c in E.cuda_library_checks(PLUGINS, host, NCCL, chosen="11.6")}["CUDA runtime"]
+    search = cache_only(ldconfig_text(PLUGINS["11.1"]))          # CUDA 11.1's runtime, while nvcc says 11.6
+    searches = {v: search(v) for v in PLUGINS}
+    rt = {c.name: c for c in E.cuda_library_checks(PLUGINS, searches, NCCL, chosen="11.6")}["CUDA runtime"]
     assert not rt.ok and "libnvrtc.so.11.2" in rt.value and "CUDA 11.6 plugin" in rt.value
-    assert {c.name: c for c in E.cuda_library_checks(PLUGINS, host, NCCL)}["CUDA runtime"].ok
+    ok = {c.name: c for c in E.cuda_library_checks(PLUGINS, searches, NCCL)}["CUDA runtime"]
+    assert ok.ok and "/usr/local/cuda/lib64 (ld.so.cache)" in ok.value
+
+
+def test_cudnn_tar_installed_into_a_cuda_12_usr_local_cuda_loads_before_ld_library_path(tmp_path):
+    """NVIDIA's cuDNN archive copied into /usr/local/cuda/lib64 (a CUDA 12 toolkit there): the plugin's RPATH finds
+    it before the CUDA 11 toolkit on LD_LIBRARY_PATH, and the fix says LD_LIBRARY_PATH cannot change that."""
+    cuda12 = tmp_path / "cuda-12.2" / "lib64"
+    for name in ("libcudnn.so.8", "libcudart.so.12"):
+        write_elf(cuda12 / name, soname=name)
+    (tmp_path / "cuda").symlink_to(tmp_path / "cuda-12.2")
+    cuda11 = tmp_path / "cuda-11.6" / "lib64"
+    for name in PLUGIN_116:
+        write_elf(cuda11 / name, soname=name)
+    plugin = write_elf(tmp_path / "plugin" / "libmindspore_gpu.so.11.6", needed=PLUGIN_116,
+                       rpath=f"$ORIGIN:$ORIGIN/gpu:$ORIGIN/gpu11.6:$ORIGIN/../:{tmp_path}/cuda/lib64")
+    search = search_order(plugin, env={"LD_LIBRARY_PATH": str(cuda11)}, cache={}, default_dirs=())
+    by = {c.name: c for c in E.cuda_library_checks({"11.6": PLUGIN_116}, {"11.6": search}, NCCL, chosen="11.6")}
+    dnn = by["cuDNN"]
+    assert not dnn.ok and f"loads from {tmp_path}/cuda/lib64/libcudnn.so.8 (found on the RPATH)" in dnn.value
+    assert "CUDA 12's (its folder holds libcudart.so.12)" in dnn.value
+    assert "no LD_LIBRARY_PATH can override it" in dnn.note and "export LD_LIBRARY_PATH=$CUDA_HOME/lib64" in dnn.note
+    assert by["CUDA runtime"].ok and f"{cuda11} (LD_LIBRARY_PATH)" in by["CUDA runtime"].value
 
 
 def test_cuda_12_only_host_is_led_to_a_cuda_11_toolkit(tmp_path):
-    checks = checks_for(A100, LDCONFIG_CUDA12, find={"cudart": "libcudart.so.12"}.get,
+    checks = checks_for(A100, LDCONFIG_CUDA12,
                         ms_gpu=(False, "Load dynamic library: libmindspore_gpu.so.11.6 failed. libcudnn.so.8: cannot "
                                        "open shared object file"),
                         env={"CUDA_HOME": stub_cuda_home(tmp_path, NVCC_122)})
@@ -245,7 +274,7 @@ def test_busy_card_fails_its_own_check_only():
 
 
 def test_no_nvidia_smi_still_reports_the_cuda_path():
-    checks = {c.name: c for c in gpu_checks(run=fake_run(None), find_library=no_find, plugins=PLUGINS,
+    checks = {c.name: c for c in gpu_checks(run=fake_run(None), plugins=PLUGINS, search_for=cache_only(""),
                                             bundled_nccl=NCCL, ms_gpu=(False, ""), env={}, load_library=loads,
                                             plugin_files=FILES)}
     assert not checks["NVIDIA driver"].ok and checks["NVIDIA driver"].value == "no NVIDIA driver (nvidia-smi not found)"
