@@ -93,16 +93,18 @@ def steps_applied(result) -> int:
 
 def card_of(result) -> dict:
     """What the first rank recorded of its card (``helpers.core.card_settings.card_record``): chip, precision
-    mode in force, deterministic; ``n/a`` on CPU."""
+    mode in force, deterministic, whether float32 stayed float32 and why; ``n/a`` on CPU."""
     rec = result.summaries[result.ranks[0]] if result.ranks else {}
-    return {k: rec.get(k, NOT_APPLICABLE) for k in ("chip", "precision_mode", "deterministic")}
+    return {k: rec.get(k, NOT_APPLICABLE) for k in ("chip", "precision_mode", "deterministic", "float32",
+                                                      "float32_note")}
 
 
 def job_summary_md(cfg, result) -> str:
     """How many ranks finished, the wall time, the run directory; on a card, its chip and settings."""
     card = card_of(result)
     on_card = (f" On {cfg.device_target} (chip `{card['chip']}`): precision mode `{card['precision_mode']}`, "
-               f"deterministic `{card['deterministic']}`." if cfg.device_target != "CPU" else "")
+               f"float32 kept `{card['float32']}` ({card['float32_note']}), deterministic `{card['deterministic']}`."
+               if cfg.device_target != "CPU" else "")
     return (f"Finished: **{len(result.ranks)} of {cfg.world_size} ranks** wrote a summary, wall time "
             f"**{result.wall_s:.1f} s** (run directory `{result.run_dir}`).{on_card}")
 

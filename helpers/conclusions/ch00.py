@@ -179,15 +179,20 @@ def _card_claims(r: dict) -> list[Claim]:
     card = r.get("card") or {}
     if r["device_target"] == "CPU" or not card:
         return []
-    kept = (str(card.get("precision_mode", "")).startswith(ASCEND_KEEP_DTYPE) if r["device_target"] == "Ascend"
-            else card.get("precision_mode") == f"{GPU_CONV_TF32}=False")
+    if "float32" in card:                  # the rank's own verdict (helpers.core.card_settings.float32_kept)
+        kept = card["float32"] is True
+    else:
+        kept = (str(card.get("precision_mode", "")).startswith(ASCEND_KEEP_DTYPE) if r["device_target"] == "Ascend"
+                else card.get("precision_mode") == f"{GPU_CONV_TF32}=False")
     return [claim("card_settings", kept and card.get("deterministic") is True,
                   "On {device} (chip {chip}) the jobs ran with precision mode {mode} and deterministic kernels, so "
                   "the bit-for-bit comparisons compare layouts, not run-to-run noise or reduced-precision matmuls.",
-                  "On {device} (chip {chip}) the jobs ran with precision mode {mode}, deterministic {det}: a "
-                  "bit-for-bit comparison may then show run-to-run noise or reduced-precision arithmetic.",
+                  "On {device} (chip {chip}) the jobs ran with precision mode {mode}, float32 kept {f32}{why}, "
+                  "deterministic {det}: a bit-for-bit comparison may then show run-to-run noise or reduced-precision "
+                  "arithmetic.",
                   device=r["device_target"], chip=card.get("chip"), mode=card.get("precision_mode"),
-                  det=card.get("deterministic"))]
+                  det=card.get("deterministic"), f32=card.get("float32", kept),
+                  why=f" ({card['float32_note']})" if card.get("float32_note") else "")]
 
 
 # What the namespaced demo cannot show on a card host (multinode.py: both namespaces keep one hostname).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 
-from helpers.core.card_settings import ASCEND_KEEP_DTYPE, GPU_CONV_TF32, GPU_DETERMINISTIC_CONV_ALGO
+from helpers.core.card_settings import GPU_CONV_TF32, GPU_DETERMINISTIC_CONV_ALGO, ascend_float32_calls
 
 SCHEDULER_ROLE = "MS_SCHED"   # msrun's scheduler runs the worker too (MS_ROLE); it holds no card
 
@@ -12,14 +12,16 @@ SCHEDULER_ROLE = "MS_SCHED"   # msrun's scheduler runs the worker too (MS_ROLE);
 def prepare_card(cfg, ms, environ=os.environ) -> dict:
     """Set ``cfg``'s precision and determinism on the card through the ``mindspore`` module ``ms``, between
     ``set_device`` and ``init()`` (HCCL reads the switch when ``init()`` builds its groups); returns what was set
-    (nothing on CPU or in msrun's scheduler). GPU: deterministic cuDNN backward convolutions, since no GPU kernel
-    reads ``set_deterministic``."""
+    (nothing on CPU or in msrun's scheduler). Ascend: the calls of ``ascend_float32_calls`` for the chip read after
+    ``set_device`` (none on a 910A). GPU: deterministic cuDNN backward convolutions, since no GPU kernel reads
+    ``set_deterministic``."""
     if cfg.device_target == "CPU" or environ.get("MS_ROLE") == SCHEDULER_ROLE:
         return {}
     done = {}
     if cfg.keep_fp32 and cfg.device_target == "Ascend":
-        ms.device_context.ascend.op_precision.precision_mode(ASCEND_KEEP_DTYPE)
-        done["precision_mode"] = ASCEND_KEEP_DTYPE
+        for name, value in ascend_float32_calls(ascend_soc()):
+            getattr(ms.device_context.ascend.op_precision, name)(value)
+            done[name] = value
     elif cfg.keep_fp32:
         ms.device_context.gpu.op_precision.conv_allow_tf32(False)
         done[GPU_CONV_TF32] = False

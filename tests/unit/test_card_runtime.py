@@ -8,8 +8,8 @@ import types
 import numpy as np
 import pytest
 
-from helpers.core.card_settings import (ASCEND_FP16_MATMUL, ASCEND_KEEP_DTYPE, NOT_APPLICABLE, card_record,
-                                        card_rows)
+from helpers.core.card_settings import (ASCEND_910A_WHY, ASCEND_FP16_MATMUL, ASCEND_KEEP_DTYPE, NOT_APPLICABLE,
+                                        ascend_float32_calls, card_record, card_rows, float32_kept)
 from helpers.core.config import config_table, job_config
 from helpers.core.errors import ConfigError
 from helpers.core.metrics import MetricsWriter, metrics_path, read_records
@@ -37,12 +37,21 @@ SUBMODULES = ("communication", "device_context", "device_context.cpu", "device_c
               "_c_expression")
 
 
+class Calls(list):
+    """The recorder's call log; ``returns`` is what its calls return (a test may change the chip there)."""
+
+    returns: dict
+
+
+SOC = "_c_expression.MSContext.get_instance.get_ascend_soc_version"
+
+
 @pytest.fixture
 def fake_ms(monkeypatch):
     """``mindspore`` (and the submodules the worker imports) replaced by one recorder; returns its call log."""
-    calls = []
-    returns = {"communication.get_rank": 0, "communication.get_group_size": 1, "get_context": "CPU",
-               "_c_expression.MSContext.get_instance.get_ascend_soc_version": "ascend910"}
+    calls = Calls()
+    returns = calls.returns = {"communication.get_rank": 0, "communication.get_group_size": 1, "get_context": "CPU",
+                               SOC: "ascend910"}
     monkeypatch.setitem(sys.modules, "mindspore", Recorder("", calls, returns))
     for sub in SUBMODULES:
         monkeypatch.setitem(sys.modules, f"mindspore.{sub}", Recorder(sub, calls, returns))
@@ -62,15 +71,43 @@ def names(calls):
     return [path for path, _ in calls]
 
 
-def test_ascend_keeps_float32_and_is_deterministic_before_init(tmp_path, fake_ms):
+def test_ascend_910b_keeps_float32_with_hf32_off_and_is_deterministic_before_init(tmp_path, fake_ms):
+    fake_ms.returns[SOC] = "ascend910b"
     start, summary = run_worker(tmp_path, device_target="Ascend", deterministic=True)
     order = names(fake_ms)
-    assert ("device_context.ascend.op_precision.precision_mode", (ASCEND_KEEP_DTYPE,)) in fake_ms
-    assert ("set_deterministic", (True,)) in fake_ms
-    assert (order.index("set_device") < order.index("device_context.ascend.op_precision.precision_mode")
-            < order.index("set_deterministic") < order.index("communication.init"))
+    op = "device_context.ascend.op_precision."
+    for call in ((op + "precision_mode", (ASCEND_KEEP_DTYPE,)), (op + "conv_allow_hf32", (False,)),
+                 (op + "matmul_allow_hf32", (False,))):
+        assert call in fake_ms
+        assert order.index("set_device") < order.index(call[0]) < order.index("communication.init")
+    assert order.index(op + "precision_mode") < order.index("set_deterministic") < order.index("communication.init")
     for rec in (start, summary):
-        assert rec["chip"] == "ascend910" and rec["precision_mode"] == ASCEND_KEEP_DTYPE and rec["deterministic"] is True
+        assert rec["chip"] == "ascend910b" and rec["precision_mode"] == ASCEND_KEEP_DTYPE and rec["deterministic"]
+        assert rec["float32"] is True and "HF32 off for Conv and MatMul" in rec["float32_note"]
+
+
+def test_ascend_910a_sets_no_precision_and_records_float32_as_not_kept(tmp_path, fake_ms):
+    start, summary = run_worker(tmp_path, device_target="Ascend", deterministic=True)
+    assert not any(path.startswith("device_context.ascend.op_precision") for path in names(fake_ms))
+    assert ("set_deterministic", (True,)) in fake_ms
+    for rec in (start, summary):
+        assert rec["chip"] == "ascend910" and rec["precision_mode"].startswith(ASCEND_FP16_MATMUL)
+        assert rec["float32"] is False and rec["float32_note"] == ASCEND_910A_WHY
+
+
+def test_the_float32_verdict_per_chip_and_setting():
+    every = dict(ascend_float32_calls("ascend910b"))
+    assert ascend_float32_calls("ascend910") == [] and list(every) == ["precision_mode", "conv_allow_hf32",
+                                                                       "matmul_allow_hf32"]
+    assert ascend_float32_calls("") == ascend_float32_calls("ascend910_93")         # chip not read: the calls
+    assert float32_kept("Ascend", every, "ascend910b")[0] is True
+    assert float32_kept("Ascend", every, "")[0] == "unknown"
+    assert float32_kept("Ascend", every, "ascend910") == (False, ASCEND_910A_WHY)    # set before the chip was known
+    no_hf32_off = {"precision_mode": ASCEND_KEEP_DTYPE}
+    assert float32_kept("Ascend", no_hf32_off, "ascend910b")[0] is False
+    assert "HF32" in float32_kept("Ascend", {}, "ascend910b")[1]
+    assert float32_kept("GPU", {"conv_allow_tf32": False}) == (True, "conv_allow_tf32=False")
+    assert float32_kept("CPU", {}) == (NOT_APPLICABLE, NOT_APPLICABLE)
 
 
 def test_gpu_pins_deterministic_convolutions_and_turns_tf32_off(tmp_path, fake_ms):
@@ -88,7 +125,7 @@ def test_cpu_sets_nothing_even_with_the_switch_on(tmp_path, fake_ms):
     assert "set_deterministic" not in names(fake_ms)
     assert not any(path.startswith(("device_context.ascend", "device_context.gpu")) for path in names(fake_ms))
     assert ("device_context.cpu.op_tuning.threads_num", (1,)) in fake_ms
-    assert start["chip"] == start["precision_mode"] == start["deterministic"] == NOT_APPLICABLE
+    assert start["chip"] == start["precision_mode"] == start["deterministic"] == start["float32"] == NOT_APPLICABLE
     assert summary["deterministic"] == NOT_APPLICABLE
 
 
@@ -97,7 +134,7 @@ def test_a_card_job_without_the_switches_leaves_mindspore_defaults(tmp_path, fak
     assert "set_deterministic" not in names(fake_ms)
     assert "device_context.ascend.op_precision.precision_mode" not in names(fake_ms)
     assert start["precision_mode"] == f"{ASCEND_FP16_MATMUL} (MindSpore's default on ascend910)"
-    assert start["deterministic"] is False
+    assert start["deterministic"] is False and start["float32"] is False
 
 
 def test_msrun_scheduler_sets_nothing_on_a_card(monkeypatch):
@@ -117,7 +154,7 @@ def test_setup_table_shows_the_card_settings():
     cpu = dict(config_table(job_config("ci", deterministic=True)))
     assert cpu["float32 on the card"] == cpu["deterministic"] == NOT_APPLICABLE
     asc = dict(config_table(job_config("ci", device_target="Ascend", deterministic=True)))
-    assert asc["float32 on the card"] == f"precision_mode {ASCEND_KEEP_DTYPE}"
+    assert asc["float32 on the card"].startswith(f"precision_mode {ASCEND_KEEP_DTYPE}, conv_allow_hf32/")
     assert asc["deterministic"].startswith("set_deterministic(True) before init()")
     gpu = dict(card_rows(job_config("ci", device_target="GPU", keep_fp32=False)))
     assert "TF32" in gpu["float32 on the card"] and gpu["deterministic"].startswith("off")

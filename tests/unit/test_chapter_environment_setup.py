@@ -112,11 +112,14 @@ def test_job_summary_names_the_card_and_its_settings(tmp_path, ci):
     result = fake_result(tmp_path, ci, [[2.0, 1.9, 1.8], [2.1, 2.0, 1.9]])
     assert "chip" not in chapter.job_summary_md(ci, result)
     for rec in result.summaries.values():
-        rec.update(chip="ascend910", precision_mode="must_keep_origin_dtype", deterministic=True)
+        rec.update(chip="ascend910b", precision_mode="must_keep_origin_dtype", deterministic=True, float32=True,
+                   float32_note="must_keep_origin_dtype, HF32 off for Conv and MatMul")
     text = chapter.job_summary_md(ci.replace(device_target="Ascend"), result)
-    assert "On Ascend (chip `ascend910`): precision mode `must_keep_origin_dtype`, deterministic `True`." in text
-    assert chapter.card_of(result) == {"chip": "ascend910", "precision_mode": "must_keep_origin_dtype",
-                                       "deterministic": True}
+    assert ("On Ascend (chip `ascend910b`): precision mode `must_keep_origin_dtype`, float32 kept `True` "
+            "(must_keep_origin_dtype, HF32 off for Conv and MatMul), deterministic `True`.") in text
+    assert chapter.card_of(result) == {"chip": "ascend910b", "precision_mode": "must_keep_origin_dtype",
+                                       "deterministic": True, "float32": True,
+                                       "float32_note": "must_keep_origin_dtype, HF32 off for Conv and MatMul"}
 
 
 NOTEBOOK = Path(__file__).resolve().parents[2] / "notebooks" / "00_environment_setup.ipynb"
@@ -172,7 +175,8 @@ def test_recorded_values_feed_the_claims(tmp_path, ci):
     assert values["world_size"] == values["ranks_finished"] == 2 and values["steps_applied"] == 3
     assert values["weights_identical"] and values["distinct_first_batches"] == 2
     assert values["multinode_world_size"] == 0 and values["rank_num_is_invalid"]
-    assert values["card"] == {"chip": "n/a", "precision_mode": "n/a", "deterministic": "n/a"}
+    assert values["card"] == {"chip": "n/a", "precision_mode": "n/a", "deterministic": "n/a", "float32": "n/a",
+                              "float32_note": "n/a"}
     claims = {c.id: c for c in chapter00_claims(values)}
     assert all(claims[k].holds for k in ("ranks_finished", "weights_identical", "conv_impl", "rank_num_invalid",
                                          "parameter_broadcast", "device_id"))

@@ -5,6 +5,7 @@ import copy
 import numpy as np
 import pytest
 
+from helpers.core.card_settings import card_record
 from helpers.topics.shard_stats import per_class_spread
 from helpers.conclusions import as_records, failed
 from helpers.conclusions.ch00 import (WEIGHTS_SHA256, WEIGHTS_SUM, chapter00_claims, conv_benchmark, seed_api_facts,
@@ -108,6 +109,16 @@ def test_ch00_card_settings_are_judged_on_a_card_only():
     assert by_id(chapter00_claims(ch00(device_target="GPU", card=gpu)))["card_settings"].holds is True
     tf32 = dict(gpu, precision_mode="conv_allow_tf32=True (MindSpore's default: TF32)")
     assert by_id(chapter00_claims(ch00(device_target="GPU", card=tf32)))["card_settings"].holds is False
+
+
+def test_ch00_card_settings_follow_the_ranks_float32_verdict():
+    """A 910A records float32 as not kept (its cube units take float16): no float32 claim, and the reason shown."""
+    a910 = card_record("Ascend", {"deterministic": True}, "ascend910")
+    c = by_id(chapter00_claims(ch00(device_target="Ascend", card=a910)))["card_settings"]
+    assert c.holds is False and "float32 kept False (910A: its cube units take float16" in c.text
+    b910 = card_record("Ascend", {"precision_mode": "must_keep_origin_dtype", "conv_allow_hf32": False,
+                                  "matmul_allow_hf32": False, "deterministic": True}, "ascend910b")
+    assert by_id(chapter00_claims(ch00(device_target="Ascend", card=b910)))["card_settings"].holds is True
 
 
 @pytest.mark.parametrize("device, words", [("GPU", "one host to NCCL"), ("Ascend", "HCCL its own address")])
