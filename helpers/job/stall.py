@@ -85,7 +85,8 @@ def stopped_ranks(stopped_since: dict[int, float], now: float, stopped_s: float 
 
 
 def stall_limit(stall_s: float, compile_stall_s: float, progress: RankProgress, step_times: list[float]) -> float:
-    """Seconds without progress after which a rank counts as stalled: compile allowance before its first step."""
+    """Seconds without progress after which a rank counts as stalled: the compile allowance before its first step
+    and after a record that is not a step (an evaluation's progress, a profile's analysis), else the step limit."""
     if progress.event != "step":
         return compile_stall_s
     median = float(np.median(step_times)) if step_times else 0.0

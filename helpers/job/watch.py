@@ -16,7 +16,7 @@ from helpers.job.stall import (CpuActivity, RankProgress, frozen_before, quiet_b
                                stopped_ranks, stuck_ranks)
 from helpers.core.errors import failure_kind
 
-PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "summary")
+PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "evaluating", "summary")
 VANISH_GRACE_S = 2.0    # a worker gone without an exit file or summary: wait this long for its records
 SETTLE_S = 1.0          # after the first sign of failure, wait this long for the other ranks' records
 RANK_GUARD = "helpers.job.rank_guard"    # the module msrun runs on every rank (python -m ...), the worker's parent

@@ -139,52 +139,7 @@ def _build_train_step(cfg: JobConfig, num_classes: int):
     return net, step
 
 
-class _SumOverRanks:
-    """Sums small host arrays over all ranks with one AllReduce (used for held-out accuracy)."""
-
-    def __init__(self):
-        from mindspore import ops
-
-        self._op = ops.AllReduce()
-
-    def __call__(self, values):
-        import mindspore as ms
-
-        return self._op(ms.Tensor(np.asarray(values, dtype=np.float32))).asnumpy()
-
-
 BN_DIAGNOSTIC_ENV = "COURSE_BN_DIAGNOSTIC"   # benchmarks.ch01_seeds sets it, with compile_cache off (one graph more)
-EVAL_BATCH_FACTOR = 4   # inference keeps no activations for a backward pass: 4x the training batch fits where it fits
-
-
-def evaluate(cfg: JobConfig, net, rank: int, world: int, batch_stats: bool = False) -> float:
-    """Top-1 accuracy on the held-out split, each rank on its shard, summed over ranks (``batch_stats``: BatchNorm
-    normalising by each batch, padded with copies of its own rows, instead of its running statistics: a diagnostic).
-
-    One inference graph in GRAPH_MODE on batches of ``EVAL_BATCH_FACTOR`` x the per-rank batch, the last one
-    padded to the same shape (padding rows are not counted): one compilation, few launches. Measured in
-    chapter 01's ci jobs (45 images per rank): evaluation plus the last 3 steps went from ~19 s to ~5 s
-    against PyNative on training-size batches, which paid the per-operator dispatch cost of the whole ResNet
-    once per batch."""
-    from helpers.train.data import build_dataset
-
-    import mindspore as ms
-
-    size = EVAL_BATCH_FACTOR * cfg.batch_per_rank
-    val = build_dataset(cfg, "val", rank, world, batch_size=size, drop_remainder=False)
-    net.set_train(batch_stats)
-    correct = total = 0
-    for images, labels in val.create_tuple_iterator(num_epochs=1, output_numpy=True):
-        n = len(labels)
-        if n < size:
-            pad = np.resize(images, (size,) + images.shape[1:])[n:] if batch_stats else np.zeros_like(images[:1])
-            images = np.concatenate([images, np.resize(pad, (size - n,) + images.shape[1:])])
-        pred = net(ms.Tensor(images)).asnumpy()[:n].argmax(axis=1)
-        correct += int((pred == labels).sum())
-        total += n
-    net.set_train(True)
-    c, t = _SumOverRanks()([correct, total]) if world > 1 else (correct, total)
-    return float(c / max(t, 1))
 
 
 def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
@@ -193,6 +148,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     from mindspore.context import ParallelMode
 
     from helpers.train.data import build_dataset
+    from helpers.train.evaluation import evaluate
     from helpers.train.image_folder import scan_split
     from helpers.train.shared_compile import take_leader_graph
 
@@ -230,7 +186,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     step_times = profiled_loop(cfg, run_dir, rank, step, it, out)
     train_s = time.perf_counter() - t_start
     out.write("trained", train_s=train_s)
-    accuracy = evaluate(cfg, net, rank, world) if cfg.evaluate else None
+    accuracy = evaluate(cfg, net, rank, world, out=out) if cfg.evaluate else None
     checksum, psum = param_checksum(net)
     summary = dict(steps=len(step_times), train_s=train_s, accuracy=accuracy,
                    checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
@@ -252,12 +208,13 @@ def profiled_loop(cfg: JobConfig, run_dir: Path, rank: int, step, it, out: Metri
 
 def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net, step, num_classes: int) -> dict:
     """``cfg.phase_samplers`` trained in turn on one train step (``helpers.train.phases``); the job's summary."""
+    from helpers.train.evaluation import evaluate
     from helpers.train.phases import train_phases
 
     def finish():    # BN_DIAGNOSTIC_ENV set: also the BatchNorm diagnostic, after the checksum
-        closing = dict(accuracy=evaluate(cfg, net, rank, world) if cfg.evaluate else None,
+        closing = dict(accuracy=evaluate(cfg, net, rank, world, out=out) if cfg.evaluate else None,
                        **dict(zip(("checksum", "param_sum"), param_checksum(net))))
-        return closing | ({"accuracy_batch_stats": evaluate(cfg, net, rank, world, batch_stats=True)}
+        return closing | ({"accuracy_batch_stats": evaluate(cfg, net, rank, world, batch_stats=True, out=out)}
                           if cfg.evaluate and os.environ.get(BN_DIAGNOSTIC_ENV) else {})
 
     def run_steps(stp, it, steps, phase, job_step0):
@@ -278,7 +235,7 @@ def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net
 
 
 def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:
-    if cfg.fail_rank == rank and i == cfg.fail_step:
+    if cfg.fail_rank == rank and i == cfg.fail_step and cfg.fail_mode in ("raise", "hang"):
         if cfg.fail_mode == "hang":   # a Python loop that never returns: the process stays alive, its peers wait
             while True:
                 time.sleep(1.0)

@@ -28,7 +28,7 @@ def test_accuracy_counts_every_held_out_image_once(ci_config, cls):
     import mindspore as ms
 
     from helpers.train.image_folder import scan_split
-    from helpers.train.worker import EVAL_BATCH_FACTOR, evaluate
+    from helpers.train.evaluation import EVAL_BATCH_FACTOR, evaluate
 
     ms.set_device("CPU")
     ms.set_context(mode=ms.GRAPH_MODE)
