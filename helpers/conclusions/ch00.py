@@ -12,7 +12,7 @@ import inspect
 import numpy as np
 
 from helpers.conclusions import Claim, claim
-from helpers.core.card_settings import ASCEND_KEEP_DTYPE, GPU_CONV_TF32
+from helpers.core.card_settings import ASCEND_KEEP_DTYPE, GPU_CONV_TF32, GPU_DETERMINISM_SCOPE
 
 # What the chapter's introduction promises for the 2-node job: what ``two_node_comparison`` measures and
 # ``_two_node_claims`` judges, both ways (the notebook's introduction quotes it; a unit test checks it does).
@@ -184,14 +184,18 @@ def _card_claims(r: dict) -> list[Claim]:
     else:
         kept = (str(card.get("precision_mode", "")).startswith(ASCEND_KEEP_DTYPE) if r["device_target"] == "Ascend"
                 else card.get("precision_mode") == f"{GPU_CONV_TF32}=False")
+    kernels, unlike = "deterministic kernels", "not run-to-run noise or reduced-precision matmuls"
+    if r["device_target"] == "GPU":
+        kernels = f"deterministic mode, where {GPU_DETERMINISM_SCOPE}"
+        unlike = "not TF32 convolutions; a repeated run may still differ in the last bits"
     return [claim("card_settings", kept and card.get("deterministic") is True,
-                  "On {device} (chip {chip}) the jobs ran with precision mode {mode} and deterministic kernels, so "
-                  "the bit-for-bit comparisons compare layouts, not run-to-run noise or reduced-precision matmuls.",
+                  "On {device} (chip {chip}) the jobs ran with precision mode {mode} and {kernels}, so the "
+                  "bit-for-bit comparisons compare layouts, {unlike}.",
                   "On {device} (chip {chip}) the jobs ran with precision mode {mode}, float32 kept {f32}{why}, "
                   "deterministic {det}: a bit-for-bit comparison may then show run-to-run noise or reduced-precision "
                   "arithmetic.",
                   device=r["device_target"], chip=card.get("chip"), mode=card.get("precision_mode"),
-                  det=card.get("deterministic"), f32=card.get("float32", kept),
+                  det=card.get("deterministic"), f32=card.get("float32", kept), kernels=kernels, unlike=unlike,
                   why=f" ({card['float32_note']})" if card.get("float32_note") else "")]
 
 

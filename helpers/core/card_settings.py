@@ -28,6 +28,12 @@ GPU_CONV_TF32 = "conv_allow_tf32"
 # mindspore/device_context/gpu/op_tuning.py: "algo_1: ... The results are deterministic" for the weight and the
 # data gradient of a convolution (cuDNN's algorithm 0 adds with atomics: non-deterministic).
 GPU_DETERMINISTIC_CONV_ALGO = "algo_1"
+# What that leaves out on GPU: the GPU plugin has no deterministic switch (set_deterministic reaches no GPU kernel),
+# the forward convolution keeps cuDNN's heuristic choice (conv_fprop_algo "normal", op_tuning.py), and kernels that
+# add with atomics and NCCL's reduction order are not controlled by the course.
+GPU_DETERMINISM_SCOPE = (f"only the backward convolutions are pinned (cuDNN {GPU_DETERMINISTIC_CONV_ALGO}): no GPU "
+                         "kernel reads set_deterministic, the forward convolution keeps cuDNN's heuristic choice, "
+                         "and atomics-based kernels and NCCL's reduction order are not pinned")
 # mindspore/device_manager.py, set_deterministic(True): the environment it sets for HCCL and the TBE compiler.
 DETERMINISTIC_ENV = {"HCCL_DETERMINISTIC": "true", "TE_PARALLEL_COMPILER": "1"}
 
@@ -85,7 +91,7 @@ def determinism_setting(device_target: str, deterministic: bool) -> str:
         return NOT_APPLICABLE
     if not deterministic:
         return "off (MindSpore's default)"
-    extra = f"; cuDNN backward convolutions {GPU_DETERMINISTIC_CONV_ALGO}" if device_target == "GPU" else ""
+    extra = f"; {GPU_DETERMINISM_SCOPE}" if device_target == "GPU" else ""
     return f"set_deterministic(True) before init(){extra}"
 
 

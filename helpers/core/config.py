@@ -107,8 +107,8 @@ class JobConfig:
     # runtime
     threads_per_rank: int = 1
     bind_cores: bool = False                  # CPU, more ranks than cores: pin local rank r to core r % cores
-    keep_fp32: bool = True                    # cards: float32 ops run in float32 (Ascend precision_mode, GPU TF32)
-    deterministic: bool = False               # cards: set_deterministic before init() (helpers.train.card_runtime)
+    keep_fp32: bool = True                    # cards: float32 in float32 (Ascend: not on 910A; GPU: TF32 off)
+    deterministic: bool = False               # cards: set_deterministic before init(); GPU: backward convs only
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
     timeout_s: float = 900.0
     stall_s: float = 60.0                     # a rank with no new step for max(this, 10 x median step) is hung (helpers.job.stall)
@@ -360,6 +360,8 @@ def comm_fusion_problem(value) -> str | None:
 
 # Presets are data: a name maps to field values. 'ci' runs in seconds on 2 cores, 'cpu' in minutes,
 # 'gpu8' is the real thing on an 8-card server; ``rehearse=True`` scales it down to run on CPU (helpers.core.rehearsal).
+# "auto" fusion is a bucket threshold, not one AllReduce for everything: 64 in units of 256 KiB under data parallel,
+# about 16 MiB buckets (the ci/cpu models' gradients fit in one, ResNet-50's make 6; helpers.topics.comm_fusion).
 FUSE_ALL = {"allreduce": {"mode": "auto", "config": None}}
 PRESETS: dict[str, dict] = {
     "ci": dict(device_target="CPU", arch="resnet18", width=0.125, stem="small", image_size=32,

@@ -26,9 +26,9 @@ GPU_PLUGIN_STEM = "libmindspore_gpu"          # kGpuPluginName: plugin files are
 NVCC_READ_BYTES = 999                         # kBufferSize: one read() of nvcc's stdout
 
 CUDA_HOME_FIX = ("export CUDA_HOME=<a CUDA 11.x toolkit with bin/nvcc> (e.g. /usr/local/cuda-11.6 from NVIDIA's CUDA "
-                 "11.6 installer or the distribution's CUDA 11 package; it may sit beside CUDA 12). The pip-only route "
-                 "(nvidia-*-cu11 wheels) cannot work: it has no nvcc (PyPI's nvidia-cuda-nvcc-cu11 ships ptxas only), "
-                 "and MindSpore picks its GPU plugin from `$CUDA_HOME/bin/nvcc --version`")
+                 "11.6 installer or the distribution's CUDA 11 package; it may sit beside CUDA 12). MindSpore's loader "
+                 "needs exactly an executable $CUDA_HOME/bin/nvcc whose `--version` output (its first 999 bytes) says "
+                 f"'{NVCC_KEY}11.x,'; pip's nvidia-*-cu11 wheels give it none (nvidia-cuda-nvcc-cu11 ships ptxas only)")
 _PIPE = dict(capture_output=True, text=True, timeout=30)
 
 

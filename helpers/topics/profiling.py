@@ -7,7 +7,8 @@ graph launch, gaps). A job profiles steps ``profile_skip_steps..``; the steps be
 which gives the step time without it (:func:`unprofiled_step_s`) and the profiler's cost (:func:`overhead_ratio`).
 The bytes AllReduce moves per step are measured on CPU (the framework file's input shapes); on a card the
 collectives run on the device and are not in that file, so they are the job's gradient bytes, all reduced once
-per step (``gradient_bytes``), and the mean bucket is those bytes over the AllReduce calls counted.
+per step (``gradient_bytes``), and the mean bucket is those bytes over the gradient AllReduce calls counted (a
+loss-scale cell adds one more per step, its overflow flag summed over the ranks, which carries no gradient).
 """
 
 from __future__ import annotations
@@ -65,6 +66,7 @@ class JobProfile:
     step_s: np.ndarray                           # (ranks x profiled steps), from the metrics files
     data_s: np.ndarray
     gradient_bytes: list[int] = field(default_factory=list)   # the job's float32 gradients, one entry per tensor
+    flag_allreduce_per_step: int = 0             # AllReduce calls per step without gradients (a loss scale's flag)
 
     def _per_rank(self, attr: str) -> np.ndarray:
         return np.array([[getattr(s, attr) for s in self.ranks[r].steps] for r in sorted(self.ranks)], float)
@@ -126,10 +128,15 @@ class JobProfile:
         return abs(measured - grads) <= rel * grads
 
     @property
+    def gradient_allreduce_per_step(self) -> int:
+        """AllReduce calls per step that reduce gradients: all of them but the loss-scale cell's overflow flag."""
+        return self.allreduce_per_step - self.flag_allreduce_per_step
+
+    @property
     def mean_bucket_mb(self) -> float:
-        """Mean bytes per AllReduce call (MB): the data reduced per step over the calls counted per step."""
-        n = self.allreduce_per_step
-        return self.reduced_mb_per_step / n if n else math.nan
+        """Mean bytes per gradient AllReduce call (MB): the data reduced per step over those calls."""
+        n = self.gradient_allreduce_per_step
+        return self.reduced_mb_per_step / n if n > 0 else math.nan
 
     def kernel_types(self) -> dict[str, tuple[float, float]]:
         """Kernel type -> (executions per step, ms per step), means over ranks and profiled steps. GPU: the op table's
@@ -197,4 +204,13 @@ def read_job_profile(run, gradient_bytes=()) -> JobProfile:
              for r in range(cfg.world_size)}
     step_s = result.metric("step_s")[:, profiled]
     data_s = result.metric("data_s")[:, profiled]
-    return JobProfile(result.run_dir, ranks, profiled, step_s, data_s, list(gradient_bytes))
+    return JobProfile(result.run_dir, ranks, profiled, step_s, data_s, list(gradient_bytes),
+                      overflow_flag_allreduces(result))
+
+
+def overflow_flag_allreduces(result: JobResult) -> int:
+    """AllReduce calls per step that carry a loss-scale cell's overflow flag: 1 when the step records an ``overflow``
+    (the cell's ``(loss, overflow, scale)``, ``helpers.train.recipe.step_loss``), which under DATA_PARALLEL is summed
+    over the ranks by one AllReduce (``nn.TrainOneStepWithLossScaleCell``), else 0."""
+    steps = result.steps[min(result.steps)] if result.steps else []
+    return int(any("overflow" in rec for rec in steps))

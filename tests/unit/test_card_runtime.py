@@ -158,6 +158,8 @@ def test_setup_table_shows_the_card_settings():
     assert asc["deterministic"].startswith("set_deterministic(True) before init()")
     gpu = dict(card_rows(job_config("ci", device_target="GPU", keep_fp32=False)))
     assert "TF32" in gpu["float32 on the card"] and gpu["deterministic"].startswith("off")
+    pinned = dict(card_rows(job_config("ci", device_target="GPU", deterministic=True)))["deterministic"]
+    assert "only the backward convolutions are pinned (cuDNN algo_1)" in pinned
 
 
 def test_the_switches_are_booleans():

@@ -106,7 +106,9 @@ def test_ch00_card_settings_are_judged_on_a_card_only():
     c = by_id(chapter00_claims(ch00(device_target="Ascend", card=noisy)))["card_settings"]
     assert c.holds is False and "run-to-run noise" in c.text
     gpu = {"chip": "n/a", "precision_mode": "conv_allow_tf32=False", "deterministic": True}
-    assert by_id(chapter00_claims(ch00(device_target="GPU", card=gpu)))["card_settings"].holds is True
+    on_gpu = by_id(chapter00_claims(ch00(device_target="GPU", card=gpu)))["card_settings"]
+    assert on_gpu.holds is True and "only the backward convolutions are pinned" in on_gpu.text
+    assert "no GPU kernel reads set_deterministic" in on_gpu.text and "run-to-run noise" not in on_gpu.text
     tf32 = dict(gpu, precision_mode="conv_allow_tf32=True (MindSpore's default: TF32)")
     assert by_id(chapter00_claims(ch00(device_target="GPU", card=tf32)))["card_settings"].holds is False
 

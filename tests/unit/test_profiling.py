@@ -217,6 +217,28 @@ def test_gpu_job_is_read_from_its_op_type_tables(tmp_path):
         plots.plot_step_timeline(jp)
 
 
+def test_the_mean_bucket_leaves_out_the_loss_scales_overflow_flag(tmp_path):
+    """A loss-scale cell (its steps record ``overflow``) adds one AllReduce per step, the overflow flag summed over
+    the ranks: 6 gradient buckets + the flag are 7 calls, and the mean bucket is the gradients over 6, not 7."""
+    from helpers.core.config import job_config
+    from helpers.job.launch import JobResult
+
+    (tmp_path / "gpu_op_type_info_0.csv").write_text(
+        gpu_op_type_table([("Conv2D", 106, 40_000.0), ("AllReduce", 14, 10_000.0)]))
+    rp = R.read_rank(tmp_path, 0, n_steps=2, device_target="GPU")
+    grads = [6 * 2**20]                                        # 6 MiB of gradients
+    step = {"loss": 1.0, "step_s": 0.05, "data_s": 0.0}
+    scaled = JobResult(tmp_path, job_config("ci"), 0, 1.0, steps={0: [dict(step, overflow=False, scale=1024.0)] * 2})
+    plain = JobResult(tmp_path, job_config("ci"), 0, 1.0, steps={0: [step] * 2})
+    assert P.overflow_flag_allreduces(scaled) == 1 and P.overflow_flag_allreduces(plain) == 0
+    jp = P.JobProfile(tmp_path, {0: rp}, [3, 4], np.full((1, 2), 0.05), np.zeros((1, 2)), grads,
+                      P.overflow_flag_allreduces(scaled))
+    assert jp.allreduce_per_step == 7 and jp.gradient_allreduce_per_step == 6
+    assert jp.mean_bucket_mb == pytest.approx(1.0)            # 6 MiB over 6 gradient calls (7 would give 0.857)
+    unscaled = P.JobProfile(tmp_path, {0: rp}, [3, 4], np.full((1, 2), 0.05), np.zeros((1, 2)), grads)
+    assert unscaled.mean_bucket_mb == pytest.approx(6 / 7)
+
+
 def test_op_tables_are_read_in_their_own_units_and_unknown_headers_refused(tmp_path):
     cpu = tmp_path / "cpu_op_type_info_0.csv"
     cpu.write_text(R.CPU_OP_TYPE_HEADER + "\nConv2D,10,5,40.0,4.0,80.0\n")
