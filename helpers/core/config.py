@@ -360,8 +360,7 @@ def comm_fusion_problem(value) -> str | None:
 
 # Presets are data: a name maps to field values. 'ci' runs in seconds on 2 cores, 'cpu' in minutes,
 # 'gpu8' is the real thing on an 8-card server; ``rehearse=True`` scales it down to run on CPU (helpers.core.rehearsal).
-# "auto" fusion is a bucket threshold, not one AllReduce for everything: 64 in units of 256 KiB under data parallel,
-# about 16 MiB buckets (the ci/cpu models' gradients fit in one, ResNet-50's make 6; helpers.topics.comm_fusion).
+# "auto" is a threshold, not one AllReduce: 64 x 256 KiB under data parallel, ~16 MiB buckets (topics.comm_fusion)
 FUSE_ALL = {"allreduce": {"mode": "auto", "config": None}}
 PRESETS: dict[str, dict] = {
     "ci": dict(device_target="CPU", arch="resnet18", width=0.125, stem="small", image_size=32,
