@@ -18,6 +18,7 @@ from helpers.job.straggler import SPLIT_PARTS, rank_time_split
 from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars, time_split_bars
 from helpers.output.tables import show_md, show_table
 from helpers.topics import seed_repeats, seen_classes, shard_stats
+from helpers.topics.class_load import class_load_md, class_load_rows, every_nth, measure_class_load
 from helpers.train.data import prepare_data
 from helpers.train.sampler import SHARD_KINDS, shard_indices
 from helpers.train.stratified_split import stratified_shards
@@ -88,6 +89,16 @@ def show_plan(base, index, code_cell=None) -> Plan:
     show_table(plan.rows, ["strategy", "max TV of a rank's epoch", "min classes in a global step",
                            "mean classes per step"])
     return plan
+
+
+def show_class_load(base, index, plan: Plan, preset: str) -> dict:
+    """What each class costs to read here (``data_prep.class_costs``, the pipeline's decode + resize) and each
+    split's predicted slowest rank per step from it, as a table and one sentence; returns the figures."""
+    load = measure_class_load(base, index.labels, plan.shards, preset, progress=every_nth(100, len(index.classes)))
+    show_table(class_load_rows(load), ["split", "predicted slowest rank's reading load per step / mean",
+                                       "heaviest rank"])
+    show_md(class_load_md(load))
+    return load
 
 
 # ---------------------------------------------------------------------------------------------- the jobs
@@ -332,7 +343,8 @@ def class_column_errata() -> str | None:
 
 
 def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measured: Measured, inet: dict,
-                    class_column_error: str | None, repeats: dict | None = None) -> dict:
+                    class_column_error: str | None, repeats: dict | None = None,
+                    class_load: dict | None = None) -> dict:
     """The values the chapter records (and its claims read: ``helpers.conclusions.ch01``); with ``repeats``
     (``run_strategies``) ``accuracy`` is each split's mean over the seeds, every seed's value kept beside it."""
     s = measured.summary
@@ -349,6 +361,7 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
         class_column_rejected=class_column_error is not None, phases_of_one_job=same is not None,
         phases_same_start=same,
         straggler={k: v.as_dict() for k, v in (measured.stragglers or {}).items()},
+        class_load=class_load,
     )
     if repeats is not None:
         out.update(seeds=repeats["seeds"], accuracy_by_seed=repeats["accuracy"],

@@ -57,6 +57,8 @@ def chapter01_claims(r: dict) -> list[Claim]:
                      "mix than DistributedSampler(shuffle=True)'s ({d:.4f}).",
                      s=inet["stratified"], d=inet["distributed_shuffle"], n=r["imagenet_shards_iterated"],
                      t=r["imagenet_scale_split_s"]))
+    if r.get("class_load"):
+        out.append(_class_load_claim(r["class_load"]))
     out += _job_claims(r)
     out.append(claim("class_column", r["class_column_rejected"],
                      "The blog's DistributedSampler(..., class_column='label') raises TypeError: the fix has to be "
@@ -158,3 +160,12 @@ def _accuracy_claim(r: dict) -> Claim:
                  "worst {worst}.",
                  steps=r["steps"], chance=chance, best=NAMES[best], gap=100.0 * (acc[best] - acc["contiguous"]),
                  worst=NAMES[min(acc, key=acc.get)])
+
+
+def _class_load_claim(load: dict) -> Claim:
+    """An observation: what the classes cost to read here, and each split's predicted slowest rank from it."""
+    p = {k: v["step_max_over_mean"] for k, v in load["predicted"].items()}
+    return claim("class_read_cost", None,
+                 "Reading cost per class (decode + resize, {n} images each): the costliest took {ratio:.2f}x the "
+                 "cheapest; predicted slowest rank per step against the mean: contiguous {c:.2f}x, stratified "
+                 "{st:.2f}x.", n=load["sample"], ratio=load["cost_ratio"], c=p["contiguous"], st=p["stratified"])

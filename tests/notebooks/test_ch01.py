@@ -26,6 +26,8 @@ def test_01_load_imbalance(standin, tmp_path):
     assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
     assert all(v >= 1.0 for v in r["step_time_spread"].values())
     assert all(v >= 0.0 for v in r["slowest_data_wait_ms"].values())
+    # the stand-in's classes are one size and format: reading them costs about the same (data_prep.class_costs)
+    assert set(r["class_load"]["predicted"]) == kinds and r["class_load"]["cost_ratio"] < 3.0
     assert r["imagenet_scale_max_tv"]["stratified"] <= 0.002
     assert r["imagenet_scale_max_tv"]["stratified"] < r["imagenet_scale_max_tv"]["distributed_shuffle"]
     assert 0 < r["imagenet_scale_split_s"] < 5

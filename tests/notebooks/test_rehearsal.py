@@ -43,6 +43,8 @@ def test_01_rehearsal(fake_imagenet, tmp_path):
     r = rehearse("01_load_imbalance", tmp_path)
     assert set(r["max_tv"]) == {"contiguous", "distributed", "distributed_shuffle", "stratified"}
     assert all(0.0 <= a <= 1.0 for a in r["accuracy"].values())
+    load = r["class_load"]      # data_prep.class_costs on the generated ImageNet tree, through the 224 px pipeline
+    assert len(load["class_ms"]) == 4 and set(load["predicted"]) == set(r["max_tv"])
 
 
 # nightly: accumulation over the gpu8 recipe's AMP O2 network in tests/unit/test_accumulation_check.py; chapter 02's
