@@ -18,7 +18,7 @@ from helpers.core.config import config_table
 from helpers.core.rehearsal import stand_in_rows
 from helpers.job.launch import msrun_command
 from helpers.job.multinode import two_node_unavailable
-from helpers.job.preflight import preflight_checks
+from helpers.preflight.preflight import preflight_checks
 from helpers.output.tables import show_md, show_table
 from helpers.topics.averaging import first_update_check
 from helpers.train.conv_autoselect import resolve_conv_impl

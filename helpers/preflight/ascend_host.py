@@ -1,6 +1,6 @@
 """The Ascend host before an Ascend job: CANN's environment and version against what the wheel's own checker
 accepts, the CANN and driver libraries the wheel's Ascend plugin links, MindSpore's plugin load error, the NPUs
-(``helpers.job.npu_smi``), MindSpore's device count, launch variables the workers would inherit, and msprof.
+(``helpers.preflight.npu_smi``), MindSpore's device count, launch variables the workers would inherit, and msprof.
 Every external call is injectable (environment, command runner, load error, device count, library lookups).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from helpers.job.machine_checks import Check
-from helpers.job.npu_smi import npu_smi_checks
-from helpers.job.shared_libs import loader_visible, mindspore_plugin_dir, needed_libraries
+from helpers.preflight.machine_checks import Check
+from helpers.preflight.npu_smi import npu_smi_checks
+from helpers.preflight.shared_libs import loader_visible, mindspore_plugin_dir, needed_libraries
 
 # The wheel's own CANN checker (mindspore/run_check/_check_version.py), reused rather than copied.
 CHECK_VERSION_FILE = "run_check/_check_version.py"

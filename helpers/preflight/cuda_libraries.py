@@ -14,9 +14,9 @@ import os
 import re
 from pathlib import Path
 
-from helpers.job.loader_search import RPATH, Found, SearchOrder, search_order
-from helpers.job.machine_checks import Check
-from helpers.job.shared_libs import mindspore_plugin_dir, soname
+from helpers.preflight.loader_search import RPATH, Found, SearchOrder, search_order
+from helpers.preflight.machine_checks import Check
+from helpers.preflight.shared_libs import mindspore_plugin_dir, soname
 
 GPU_PLUGIN_FILE = "libmindspore_gpu.so.{version}"
 RPATH_CUDA_DIR = "/usr/local/cuda/lib64"

@@ -1,6 +1,6 @@
 """The pre-flight check on the command line: every check for running a preset here, PASS/FAIL, exit 1 on a failure.
 
-    python -m helpers.job.envcheck --preset gpu8 --data-dir /data/imagenet [--device-target GPU|Ascend]
+    python -m helpers.preflight.envcheck --preset gpu8 --data-dir /data/imagenet [--device-target GPU|Ascend]
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import argparse
 import sys
 import time
 
-from helpers.job.preflight import preflight
+from helpers.preflight.preflight import preflight
 
 
 def report_line(c, width: int) -> str:
@@ -21,7 +21,7 @@ def report_line(c, width: int) -> str:
 
 def main(argv=None) -> int:
     """Print the pre-flight report for the given preset; 1 when any check failed."""
-    ap = argparse.ArgumentParser(prog="python -m helpers.job.envcheck", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m helpers.preflight.envcheck", description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="gpu8", choices=["ci", "cpu", "gpu8"])
     ap.add_argument("--data-dir", default=None, help="ImageNet layout: train/<wnid>/*.JPEG and val/")
     ap.add_argument("--device-target", default=None, choices=["CPU", "GPU", "Ascend"])

@@ -1,6 +1,6 @@
 """The GPU host before a GPU job: the driver and every card (nvidia-smi), ``CUDA_HOME`` and the GPU plugin MindSpore
-will pick from it (``helpers.job.gpu_plugin_choice``), the CUDA runtime / cuDNN / NCCL / CUPTI files that plugin
-loads in the loader's order (``helpers.job.cuda_libraries``), and whether MindSpore loaded its GPU plugin. Every
+will pick from it (``helpers.preflight.gpu_plugin_choice``), the CUDA runtime / cuDNN / NCCL / CUPTI files that plugin
+loads in the loader's order (``helpers.preflight.cuda_libraries``), and whether MindSpore loaded its GPU plugin. Every
 external call is injectable, so the tests run on canned outputs.
 """
 
@@ -10,11 +10,12 @@ import functools
 import os
 import re
 
-from helpers.job.cuda_libraries import cuda_major, cupti_check, order_fix, plugin_search
-from helpers.job.gpu_plugin_choice import GPU_PLUGIN_STEM, cuda_home_checks, plugin_version, wheel_gpu_plugin_files
-from helpers.job.loader_search import Found, SearchOrder
-from helpers.job.machine_checks import Check
-from helpers.job.shared_libs import ldconfig_cache, mindspore_plugin_dir, needed_libraries
+from helpers.preflight.cuda_libraries import cuda_major, cupti_check, order_fix, plugin_search
+from helpers.preflight.gpu_plugin_choice import (GPU_PLUGIN_STEM, cuda_home_checks, plugin_version,
+                                                wheel_gpu_plugin_files)
+from helpers.preflight.loader_search import Found, SearchOrder
+from helpers.preflight.machine_checks import Check
+from helpers.preflight.shared_libs import ldconfig_cache, mindspore_plugin_dir, needed_libraries
 
 SMI_QUERY = ["nvidia-smi", "--query-gpu=index,name,compute_cap,memory.total,memory.used,utilization.gpu,driver_version",
              "--format=csv,noheader,nounits"]
@@ -196,7 +197,7 @@ def gpu_checks(run=None, plugins=None, search_for=None, bundled_nccl=None, ms_gp
     files that plugin loads (looked up in the loader's order from the plugin file), CUPTI, and whether MindSpore loaded
     its GPU plugin. Every input is injectable (tests): ``run`` is ``subprocess.run``, ``env`` ``os.environ``,
     ``load_library`` ``ctypes.CDLL``, ``plugin_files`` the wheel's GPU plugin file names, ``search_for(version)`` the
-    loader's order from that plugin (:func:`helpers.job.cuda_libraries.plugin_search`); ``plugins`` /
+    loader's order from that plugin (:func:`helpers.preflight.cuda_libraries.plugin_search`); ``plugins`` /
     ``bundled_nccl`` / ``ms_gpu`` replace :func:`wheel_gpu_plugins` / :func:`wheel_bundled_nccl` /
     :func:`mindspore_gpu_status`."""
     import subprocess

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 import re
 
-from helpers.job.machine_checks import Check
-from helpers.job.shared_libs import mindspore_plugin_dir
+from helpers.preflight.machine_checks import Check
+from helpers.preflight.shared_libs import mindspore_plugin_dir
 
 # The loader: DeviceContextManager::LoadPlugin / SelectGpuPlugin in lib/libmindspore_hardware_abstract.so
 # (runtime/hardware_abstract/device_context/device_context_manager.cc). Its strings, pinned by

@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.job.shared_libs import elf_dynamic_strings, ldconfig_cache
+from helpers.preflight.shared_libs import elf_dynamic_strings, ldconfig_cache
 
 DT_RPATH, DT_RUNPATH = 15, 29
 # `/lib64/ld-linux-x86-64.so.2 --help` on Debian 12 ("system search path"), then ld.so(8)'s 64-bit defaults.

@@ -1,6 +1,6 @@
 """What this machine has for the course: Python, MindSpore, numpy, cores, msrun, the devices MindSpore can use.
 
-Every finding is a ``Check`` (name, what was found, ok, what it means or the fix); ``helpers.job.preflight``
+Every finding is a ``Check`` (name, what was found, ok, what it means or the fix); ``helpers.preflight.preflight``
 adds the GPU host, data and memory checks.
 """
 
@@ -42,7 +42,7 @@ def environment_checks() -> list[Check]:
     import mindspore as ms
     import numpy as np
 
-    from helpers.job.launch import find_msrun
+    from helpers.job.msrun import find_msrun
 
     checks = [
         Check("python", platform.python_version(), sys.version_info[:2] == (3, 11),

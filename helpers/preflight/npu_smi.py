@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from helpers.job.machine_checks import Check
+from helpers.preflight.machine_checks import Check
 
 NPU_SMI = ["npu-smi", "info"]
 HEALTH_STATES = ("OK", "Warning", "Alarm", "Critical", "UNKNOWN")

@@ -1,16 +1,16 @@
 """Pre-flight check before any job starts: software, cards, data layout and each chapter's memory plan.
 
-Every line is a ``Check`` (name, what was found, ok, what to do). ``python -m helpers.job.envcheck`` prints it.
+Every line is a ``Check`` (name, what was found, ok, what to do). ``python -m helpers.preflight.envcheck`` prints it.
 """
 
 from __future__ import annotations
 
 import os
 
-from helpers.job.ascend_host import ascend_checks
-from helpers.job.gpu_host import card_memory_gib, gpu_checks
-from helpers.job.machine_checks import Check, environment_checks
-from helpers.job.npu_smi import npu_free_hbm_gib
+from helpers.preflight.ascend_host import ascend_checks
+from helpers.preflight.gpu_host import card_memory_gib, gpu_checks
+from helpers.preflight.machine_checks import Check, environment_checks
+from helpers.preflight.npu_smi import npu_free_hbm_gib
 
 
 def data_checks(data_dir: str, world_size: int) -> list[Check]:

@@ -101,7 +101,7 @@ def parse_ldconfig_paths(text: str) -> dict[str, str]:
 
 def loader_visible(run=None, ld_library_path: str | None = None) -> dict[str, str]:
     """``{library name: path}`` the dynamic loader can find: the ``LD_LIBRARY_PATH`` folders (searched first),
-    then the ``ldconfig -p`` cache (a library's own RPATH/RUNPATH: ``helpers.job.loader_search``)."""
+    then the ``ldconfig -p`` cache (a library's own RPATH/RUNPATH: ``helpers.preflight.loader_search``)."""
     found: dict[str, str] = {}
     path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     for folder in filter(None, path.split(":")):

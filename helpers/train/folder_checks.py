@@ -2,7 +2,7 @@
 
 ``os.scandir`` and each image's first and last bytes (``helpers.train.image_checks``, no decoding, cached per
 class folder): seconds for 1.28 M files. Each finding is a dict ``{"check", "ok", "value", "fix"}``;
-``helpers.job.preflight`` shows them as checks.
+``helpers.preflight.preflight`` shows them as checks.
 """
 
 from __future__ import annotations

@@ -1,15 +1,15 @@
-"""Pins of the card-host pre-flight (helpers.job.gpu_plugin_choice, cuda_libraries, gpu_host, ascend_host) to the
+"""Pins of the card-host pre-flight (helpers.preflight.gpu_plugin_choice, cuda_libraries, gpu_host, ascend_host) to the
 installed wheel:
 every string, file name and library the checks assume is read from the wheel's own files, and each pin can fail."""
 
 import pytest
 
-from helpers.job import ascend_host as A
-from helpers.job import cuda_libraries as C
-from helpers.job import gpu_host as G
-from helpers.job import gpu_plugin_choice as P
-from helpers.job.loader_search import read_search_paths
-from helpers.job.shared_libs import mindspore_plugin_dir, needed_libraries
+from helpers.preflight import ascend_host as A
+from helpers.preflight import cuda_libraries as C
+from helpers.preflight import gpu_host as G
+from helpers.preflight import gpu_plugin_choice as P
+from helpers.preflight.loader_search import read_search_paths
+from helpers.preflight.shared_libs import mindspore_plugin_dir, needed_libraries
 from tests.contract.wheel import assert_pinned, ms_dir
 
 LOADER_STRINGS = [P.CUDA_HOME_UNSET_LOG, P.NVCC_REL, P.NVCC_KEY, P.NVCC_KEY_MISSING_LOG, P.NO_NVCC_LOG,
@@ -36,8 +36,8 @@ def test_each_gpu_plugin_dlopens_the_unversioned_cupti(plugin):
 
 @pytest.mark.parametrize("plugin", P.wheel_gpu_plugin_files())
 def test_each_gpu_plugin_has_an_rpath_ending_in_usr_local_cuda_and_no_runpath(plugin):
-    """DT_RPATH without DT_RUNPATH: the loader searches these folders before LD_LIBRARY_PATH (helpers.job.cuda_libraries
-    names the file that loads from that order)."""
+    """DT_RPATH without DT_RUNPATH: the loader searches these folders before LD_LIBRARY_PATH
+    (helpers.preflight.cuda_libraries names the file that loads from that order)."""
     rpath, runpath = read_search_paths(mindspore_plugin_dir() / plugin)
     assert runpath == [], runpath
     assert rpath == ["$ORIGIN", "$ORIGIN/gpu", f"$ORIGIN/{P.plugin_label(plugin)}", "$ORIGIN/../", C.RPATH_CUDA_DIR]

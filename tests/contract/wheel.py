@@ -21,7 +21,7 @@ PINNED_FILE = Path(__file__).with_name("pinned_wheel.json")
 RECHECK = ("every pin in tests/contract was read from MindSpore {version} (build {commit}, wheel tag {tag}); with "
            "another wheel, re-read what they assume: run `python -m pytest tests/contract` (a failing pin names its "
            "text and file) and re-check the facts read from binaries (the GPU plugins' RPATH and the nvcc rule in "
-           "helpers.job.gpu_plugin_choice / cuda_libraries, KeepOriginDType and GetCubeMathType in "
+           "helpers.preflight.gpu_plugin_choice / cuda_libraries, KeepOriginDType and GetCubeMathType in "
            "helpers.core.card_settings, the fusion unit in helpers.topics.comm_fusion), then rewrite "
            "tests/contract/pinned_wheel.json with `python -m tests.contract.wheel`")
 

@@ -1,4 +1,4 @@
-"""The Ascend host checks (helpers.job.ascend_host, helpers.job.npu_smi) on canned inputs: a fake CANN tree
+"""The Ascend host checks (helpers.preflight.ascend_host, helpers.preflight.npu_smi) on canned inputs: a fake CANN tree
 (``compiler/version.info``), stub ``npu-smi`` / ``msprof`` scripts, canned load errors and link tables.
 
 The npu-smi outputs below are built from the format in Huawei's npu-smi reference ("npu-smi info": per chip a row
@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from helpers.job import ascend_host as A
-from helpers.job import npu_smi as N
+from helpers.preflight import ascend_host as A
+from helpers.preflight import npu_smi as N
 
 BAR = "+" + "-" * 27 + "+" + "-" * 15 + "+" + "-" * 52 + "+\n"
 EQ = "+" + "=" * 27 + "+" + "=" * 15 + "+" + "=" * 52 + "+\n"
@@ -203,7 +203,7 @@ def test_link_walk_finds_what_the_loader_misses(tmp_path):
 
 def test_the_real_plugin_links_are_found_or_reported():
     core, _ = A.plugin_link_report()
-    from helpers.job.shared_libs import loader_visible
+    from helpers.preflight.shared_libs import loader_visible
 
     visible = loader_visible()
     assert not set(core) & set(visible)

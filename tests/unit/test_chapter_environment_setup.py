@@ -12,7 +12,7 @@ from helpers.chapters import environment_setup as chapter
 from helpers.conclusions.ch00 import TWO_NODE_INTRO, WEIGHTS_SHA256, WEIGHTS_SUM, chapter00_claims
 from helpers.core.config import job_config
 from helpers.job.launch import JobResult
-from helpers.job.machine_checks import Check
+from helpers.preflight.machine_checks import Check
 from helpers.job import multinode
 from helpers.job.multinode import netns_unavailable
 from tests.unit.chapter_cases import capture_shown

@@ -1,10 +1,10 @@
-"""The pre-flight on the command line (``python -m helpers.job.envcheck``) and the machine checks it starts with."""
+"""The pre-flight on the command line (``python -m helpers.preflight.envcheck``) and its machine checks."""
 
 import subprocess
 import sys
 
-from helpers.job.envcheck import main, report_line
-from helpers.job.machine_checks import Check, environment_checks
+from helpers.preflight.envcheck import main, report_line
+from helpers.preflight.machine_checks import Check, environment_checks
 
 
 def test_rehearsal_preflight_exits_zero(capsys):
@@ -43,8 +43,8 @@ def test_report_lines():
 
 
 def test_runs_as_a_module():
-    proc = subprocess.run([sys.executable, "-m", "helpers.job.envcheck", "--help"], capture_output=True, text=True,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-m", "helpers.preflight.envcheck", "--help"], capture_output=True,
+                          text=True, timeout=60)
     assert proc.returncode == 0 and "--data-dir" in proc.stdout
 
 

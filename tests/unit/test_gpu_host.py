@@ -1,5 +1,5 @@
-"""The GPU host checks (helpers.job.gpu_host, helpers.job.gpu_plugin_choice) on canned nvidia-smi / ldconfig outputs
-and stub nvcc scripts (no GPU here), plus the installed wheel.
+"""The GPU host checks (helpers.preflight.gpu_host, helpers.preflight.gpu_plugin_choice) on canned nvidia-smi /
+ldconfig outputs and stub nvcc scripts (no GPU here), plus the installed wheel.
 
 The nvidia-smi lines are what ``SMI_QUERY`` (``--format=csv,noheader,nounits``) prints: index, name, compute_cap,
 memory.total (MiB), memory.used (MiB), utilization.gpu (%), driver_version.
@@ -11,13 +11,13 @@ from types import SimpleNamespace
 
 import pytest
 
-from helpers.job import cuda_libraries as C
-from helpers.job import gpu_host as E
-from helpers.job import gpu_plugin_choice as P
-from helpers.job import shared_libs as L
-from helpers.job.gpu_host import card_checks, card_memory_gib, gpu_checks, parse_nvidia_smi
-from helpers.job.loader_search import SearchOrder, search_order
-from helpers.job.shared_libs import parse_ldconfig
+from helpers.preflight import cuda_libraries as C
+from helpers.preflight import gpu_host as E
+from helpers.preflight import gpu_plugin_choice as P
+from helpers.preflight import shared_libs as L
+from helpers.preflight.gpu_host import card_checks, card_memory_gib, gpu_checks, parse_nvidia_smi
+from helpers.preflight.loader_search import SearchOrder, search_order
+from helpers.preflight.shared_libs import parse_ldconfig
 from tests.unit.elf_files import write_elf
 
 A100 = "0, NVIDIA A100-SXM4-40GB, 8.0, 40960, 3, 0, 535.104.05\n1, NVIDIA A100-SXM4-40GB, 8.0, 40960, 3, 0, 535.104.05\n"

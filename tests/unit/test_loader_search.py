@@ -1,5 +1,5 @@
-"""The loader's search order (helpers.job.loader_search) and the CUPTI the GPU plugin really opens
-(helpers.job.cuda_libraries), on files shaped like the real ones: a plugin with the wheel's DT_RPATH
+"""The loader's search order (helpers.preflight.loader_search) and the CUPTI the GPU plugin really opens
+(helpers.preflight.cuda_libraries), on files shaped like the real ones: a plugin with the wheel's DT_RPATH
 (``$ORIGIN:$ORIGIN/gpu:$ORIGIN/gpu11.6:$ORIGIN/../:/usr/local/cuda/lib64``, the last folder moved into tmp_path)
 and a ``/usr/local/cuda`` link to a CUDA 13 tree whose lib64 holds ``libcupti.so`` (as on this machine)."""
 
@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from helpers.job.cuda_libraries import cupti_check, toolkit_root
-from helpers.job.loader_search import CACHE, DEFAULT, LD_LIBRARY_PATH, RPATH, RUNPATH, SearchOrder, search_order
+from helpers.preflight.cuda_libraries import cupti_check, toolkit_root
+from helpers.preflight.loader_search import CACHE, DEFAULT, LD_LIBRARY_PATH, RPATH, RUNPATH, SearchOrder, search_order
 from tests.unit.elf_files import compile_so, write_elf
 
 WHEEL_RPATH = "$ORIGIN:$ORIGIN/gpu:$ORIGIN/gpu11.6:$ORIGIN/../:{cuda}/lib64"

@@ -3,7 +3,7 @@
 import os
 
 from helpers.core.config import job_config
-from helpers.job.preflight import memory_checks, preflight
+from helpers.preflight.preflight import memory_checks, preflight
 
 
 def test_gpu_run_on_this_machine_fails_on_the_device_and_names_the_fix(monkeypatch):
