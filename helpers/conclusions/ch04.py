@@ -215,7 +215,20 @@ def first_look_claims(r: dict) -> list[Claim]:
               "graph from the host (launch and wait included), the profiler sums kernel time.", **f),
         claim("first_look_verdict", None, "The first look's verdict: " + verdict + ".", rank=v["rank"],
               cause=v["cause"], wait_s=v["wait_s"], spread_s=v["spread_s"]),
+        *_comm_wait_claims(r.get("first_look_comm_wait")),
     ]
+
+
+def _comm_wait_claims(w: dict | None) -> list[Claim]:
+    """What the communication share is made of: waiting for the last rank against the collective's own time."""
+    if not w or w["comm_s"] <= 0:
+        return []
+    return [claim("comm_is_mostly_waiting", None,
+                  "Of the {comm:.1f} ms a rank spent per step in the gradient AllReduce, {wait:.1f} ms ({pct:.0%}) "
+                  "was waiting for the last rank to arrive; the collective itself took at most {own:.1f} ms (the "
+                  "last rank's own time, {n} split steps). The communication share counts both.",
+                  comm=1e3 * w["comm_s"], wait=1e3 * w["wait_s"], own=1e3 * w["collective_s"],
+                  pct=w["wait_s"] / w["comm_s"], n=w["steps"])]
 
 
 def build(r: dict) -> list[Claim]:

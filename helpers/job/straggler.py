@@ -197,3 +197,16 @@ def step_comm_shares(steps: dict[int, list[dict]]) -> np.ndarray:
     if not ranks or a["reduce_s"].shape[1] == 0:
         return np.zeros(0)
     return np.nanmean(a["reduce_s"] / a["step_s"], axis=0)
+
+
+def comm_wait_split(steps: dict[int, list[dict]]) -> dict | None:
+    """The gradient AllReduce's time per sampled step split into waiting and the collective itself: the rank that
+    arrives last waits for no one, so its time is the collective's own (at most: launch and transfer); every other
+    rank's excess over it is waiting for that rank. Means over the steps, seconds; None without split steps."""
+    ranks, a = _aligned(steps, "reduce_s") if len(steps) > 1 else ([], {})
+    if not ranks or a["reduce_s"].shape[1] == 0:
+        return None
+    reduce_s = a["reduce_s"]
+    own = reduce_s.min(axis=0)
+    return dict(comm_s=float(reduce_s.mean()), collective_s=float(own.mean()),
+                wait_s=float((reduce_s - own).mean()), steps=int(reduce_s.shape[1]))

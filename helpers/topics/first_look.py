@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers.job.launch import JobResult
-from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, rank_time_split, step_comm_shares
+from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, comm_wait_split, rank_time_split, step_comm_shares
 from helpers.output.plots import time_split_bars
 from helpers.train.time_split import SPLIT_EVERY_ENV
 
@@ -62,4 +62,4 @@ def first_look_values(look: FirstLook, profiler_comm_share: float) -> dict:
     return dict(first_look_comm_share=look.comm_share, first_look_agreement=abs(look.comm_share - profiler_comm_share),
                 first_look_spread=look.comm_share_spread,
                 first_look_verdict=look.verdict.as_dict(), first_look_split=[list(r) for r in look.rows()],
-                first_look_steps=look.verdict.steps)
+                first_look_steps=look.verdict.steps, first_look_comm_wait=comm_wait_split(look.result.steps))

@@ -4,7 +4,7 @@ group of equally slow ranks (no single straggler), jobs without sampled steps, a
 import numpy as np
 import pytest
 
-from helpers.job.straggler import LiveStraggler, step_straggler, straggler_verdict
+from helpers.job.straggler import LiveStraggler, comm_wait_split, step_straggler, straggler_verdict
 
 GRAD, DATA, NET, UPDATE = 0.30, 0.002, 0.02, 0.05
 
@@ -152,3 +152,13 @@ def test_the_per_rank_split_adds_up_to_the_step_and_shows_where_the_straggler_lo
     _, fused, split = rank_time_split(job(every=10**6))
     assert not split and fused[:, 2].sum() == 0 and fused[:, 1] == pytest.approx(np.full(8, GRAD + NET + UPDATE),
                                                                                  rel=0.1)
+
+
+def test_the_allreduce_time_splits_into_waiting_for_the_last_rank_and_the_collective_itself():
+    """The last rank to arrive waits for no one: its AllReduce time is the collective's own (NET here); the others'
+    excess over it is waiting, 7 of 8 ranks waiting 0.4 s for rank 5."""
+    w = comm_wait_split(job(slow=5, delay=0.4))
+    assert w["collective_s"] == pytest.approx(NET, rel=0.05) and w["steps"] == 5
+    assert w["wait_s"] == pytest.approx(0.4 * 7 / 8, rel=0.05)
+    assert w["comm_s"] == pytest.approx(w["wait_s"] + w["collective_s"])
+    assert comm_wait_split(job(every=100)) is None      # no sampled step: nothing to split
