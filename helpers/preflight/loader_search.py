@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from helpers.preflight.shared_libs import elf_dynamic_strings, ldconfig_cache
+from helpers.preflight.shared_libs import elf_dynamic_strings, folder_libraries, ldconfig_cache
 
 DT_RPATH, DT_RUNPATH = 15, 29
 # `/lib64/ld-linux-x86-64.so.2 --help` on Debian 12 ("system search path"), then ld.so(8)'s 64-bit defaults.
@@ -83,12 +83,8 @@ class SearchOrder:
         """``{name: path}`` of every library in the searched folders and the cache (the first of a name wins)."""
         out: dict[str, str] = {}
         for _step, folder in self.folders():
-            try:
-                for f in sorted(Path(folder).iterdir()):
-                    if ".so" in f.name:
-                        out.setdefault(f.name, str(f))
-            except OSError:
-                pass
+            for name, where in folder_libraries(folder).items():
+                out.setdefault(name, where)
         for name, where in self.cache.items():
             out.setdefault(name, where)
         return out

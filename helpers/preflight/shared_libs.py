@@ -5,6 +5,7 @@ Used by the GPU and Ascend host checks to set the libraries the wheel's plugins 
 
 from __future__ import annotations
 
+import mmap
 import os
 import re
 import shutil
@@ -27,9 +28,15 @@ def elf_needed(path) -> list[str]:
 def elf_dynamic_strings(path, wanted_tag: int) -> list[str]:
     """The string values of one tag of an ELF file's dynamic section (1: DT_NEEDED, 14: DT_SONAME, 15: DT_RPATH,
     29: DT_RUNPATH)."""
-    data = Path(path).read_bytes()
-    if data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:
-        raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+    with open(path, "rb") as f:
+        if f.read(6) != b"\x7fELF\x02\x01":
+            raise ValueError(f"{path}: not a 64-bit little-endian ELF file")
+        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:     # a plugin is ~80 MB: read what is used
+            return _dynamic_strings(data, wanted_tag)
+
+
+def _dynamic_strings(data, wanted_tag: int) -> list[str]:
+    """:func:`elf_dynamic_strings` of a 64-bit little-endian ELF image (bytes or a memory map)."""
     phoff, = struct.unpack_from("<Q", data, 0x20)
     phentsize, phnum = struct.unpack_from("<HH", data, 0x36)
     loads, dynamic = [], None
@@ -49,7 +56,7 @@ def elf_dynamic_strings(path, wanted_tag: int) -> list[str]:
         if tag == 0:
             break
         if tag == wanted_tag:                                         # an offset into the string table
-            out.append(data[base + val:data.index(b"\0", base + val)].decode())
+            out.append(data[base + val:data.find(b"\0", base + val)].decode())
     return out
 
 
@@ -105,15 +112,19 @@ def loader_visible(run=None, ld_library_path: str | None = None) -> dict[str, st
     found: dict[str, str] = {}
     path = os.environ.get("LD_LIBRARY_PATH", "") if ld_library_path is None else ld_library_path
     for folder in filter(None, path.split(":")):
-        try:
-            for f in Path(folder).iterdir():
-                if ".so" in f.name:
-                    found.setdefault(f.name, str(f))
-        except OSError:
-            pass
+        for name, where in folder_libraries(folder).items():
+            found.setdefault(name, where)
     for name, where in ldconfig_cache(run).items():
         found.setdefault(name, where)
     return found
+
+
+def folder_libraries(folder) -> dict[str, str]:
+    """``{file name: path}`` of the shared libraries (``*.so*``) in one folder, sorted; empty when unreadable."""
+    try:
+        return {f.name: str(f) for f in sorted(Path(folder).iterdir()) if ".so" in f.name}
+    except OSError:
+        return {}
 
 
 def ldconfig_cache(run=None) -> dict[str, str]:
