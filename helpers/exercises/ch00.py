@@ -102,12 +102,14 @@ def _calls_reducer(tree: ast.AST) -> bool:
         func = node.func if isinstance(node, ast.Call) else None
         return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
 
+    def name(target) -> str | None:      # ``reducer`` or ``self.reduce_grads``
+        return target.id if isinstance(target, ast.Name) else target.attr if isinstance(target, ast.Attribute) else None
+
     reducers = {"reduce_grads"}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and called(node.value) == "DistributedGradReducer":
-            reducers |= {t.id for t in node.targets if isinstance(t, ast.Name)}
-    return any(isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id in reducers
-               for n in ast.walk(tree))
+            reducers |= {name(t) for t in node.targets} - {None}
+    return any(isinstance(n, ast.Call) and name(n.func) in reducers for n in ast.walk(tree))
 
 
 def _bool_error(answer) -> str | None:
@@ -125,9 +127,9 @@ def _bool_error(answer) -> str | None:
 
 @checker
 def check_00_without_reducer(answer, run=None) -> bool:
-    """Do all ranks end with the same sum of weights once the code cell steps with ``opt(grads)``? A bool, read
+    """Do all ranks end with the same sum of weights once the code cell steps with ``self.opt(grads)``? A bool, read
     from ``run``, the cell's ``JobResult`` (``on_ranks``)."""
-    todo = "in the code cell, replace opt(reduce_grads(grads)) by opt(grads) and run the cell again"
+    todo = "in the code cell, replace self.opt(self.reduce_grads(grads)) by self.opt(grads) and run the cell again"
     returns, tree, verdict = cell_run(run, (EX00_SUM_KEY,), todo)
     if returns is None:
         return verdict

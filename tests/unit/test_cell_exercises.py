@@ -26,8 +26,8 @@ def rank_cell(chapter: str) -> str:
 def edited(chapter: str, source: str) -> str:
     """The exercise's edit applied to the chapter's cell (asserting the cell still has what the prompt names)."""
     if chapter == "00":
-        assert "opt(reduce_grads(grads))" in source
-        return source.replace("opt(reduce_grads(grads))", "opt(grads)")
+        assert "self.opt(self.reduce_grads(grads))" in source
+        return source.replace("self.opt(self.reduce_grads(grads))", "self.opt(grads)")
     if chapter == "01":
         assert "order[self.shard_id::self.num_shards]" in source
         return source.replace("order[self.shard_id::self.num_shards]",
@@ -215,7 +215,9 @@ def train_step(x, y):
     ("opt(reducer(grads))", False),                         # the reducer under another name
     ("grads = reducer(grads); opt(grads)", False),
     ("opt(grads)  # opt(reduce_grads(grads))", True),       # the old call kept as a comment
-    ("opt(grads)", True)])
+    ("opt(grads)", True),
+    ("self.opt(self.reducer(grads))", False),               # a Cell's reducer attribute, called
+    ("self.opt(grads)", True)])
 def test_00_the_edit_is_the_reducer_call_gone(step, edited_, tmp_path, capsys):
     run = FakeRun(tmp_path, CELL_00.format(step=step), returns_00(DRIFTED))
     ok, out = verdict(ex.check_00_without_reducer, False, run, capsys)
