@@ -414,7 +414,7 @@ def recorded_values(preset: str, rehearse: bool, setup: Setup, *, feature_dim: i
         bad_strategy_rejected=bad_strategy_rejected,
         oom={k: v for k, v in oom.items() if k not in OOM_RECORD_DROPS} if oom else None,
         oom_world_size=oom.get("world_size") if oom else None,
-        mem_cap_mb=oom["cap_mb"] if oom else None,
-        dp_oom_reproduced=bool(oom and oom["dp_oom_reproduced"]),
+        mem_cap_mb=oom["cap_mb"] if oom else None, dp_oom_reproduced=bool(oom and oom["dp_oom_reproduced"]),
         hybrid_fits_under_cap=bool(oom and oom["hybrid_fits_under_cap"]),
+        **hybrid.traffic_and_resume(base, Layout.parse(setup.hybrid).mp, feature_dim, setup.on_cpu, runs[setup.hybrid]),
     )

@@ -120,10 +120,34 @@ def throughput_claim(r: dict) -> Claim:
                  spread=c["spread"], band=c["band"], ranked=c["ranked"])
 
 
+def traffic_claims(r: dict) -> list[Claim]:
+    """Observations: what the CPU path's logit gather moves against a sharded cross-entropy, and what resuming
+    from the weights-only merged checkpoint restarts."""
+    out = []
+    t = r.get("logits_traffic")
+    if t:
+        out.append(claim("logits_gather_cost", None,
+                         "Each rank's logit gather moved {kb:.1f} KB per step (AllReduce payloads, forward and "
+                         "backward, of {rows} rows x {c} classes) so every member of a group of {mp} holds the whole "
+                         "group's logits; a sharded cross-entropy (each rank's {cols} columns; the row maximum, sum "
+                         "of exponentials and target logit reduced across the group) would move {skb:.2f} KB: "
+                         "{ratio:.0f}x less (2C/5).", kb=t["logits_gather"] / 1e3, rows=t["mp"] * t["batch"],
+                         c=t["classes"], mp=t["mp"], cols=t["classes"] // t["mp"], skb=t["sharded_ce"] / 1e3,
+                         ratio=t["logits_over_sharded"]))
+    d = r.get("resume_dropped")
+    if d:
+        out.append(claim("resume_restarts_momentum", None,
+                         "The merged checkpoint holds the weights and BatchNorm statistics, not the optimizer: the "
+                         "resumed run restarted momentum from zero, dropping a momentum buffer of norm {m:.3g} "
+                         "({pct:.1%} of the weights' norm on rank 0).", m=d["momentum_norm"],
+                         pct=d["momentum_norm"] / d["weight_norm"]))
+    return out
+
+
 def build(r: dict) -> list[Claim]:
     """The chapter's claims from its recorded values (``r``: the dict ``record_results`` writes)."""
     out = [reference_claim(r), bytes_claim(r), checkpoint_claim(r), strategy_claim(r)]
     if r.get("oom") is not None:
         out += oom_claims(r)
     out.append(throughput_claim(r))
-    return out
+    return out + traffic_claims(r)

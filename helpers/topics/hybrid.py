@@ -199,3 +199,22 @@ def oom_message(error) -> str:
     if error is None:
         return "(the job finished: no failure)"
     return str(error).split("\n  --- tail of the log ---")[0]
+
+
+def dropped_optimizer_state(run) -> dict | None:
+    """Rank 0's momentum and weight norms at the end of the run the merged checkpoint came from (None if the run
+    did not record them): the momentum is what resuming from a weights-only checkpoint restarts from zero."""
+    try:
+        momentum, weights = run.summary("momentum_norm")[0], run.summary("weight_norm")[0]
+    except (KeyError, IndexError):
+        return None
+    return None if momentum is None else {"momentum_norm": momentum, "weight_norm": weights}
+
+
+def traffic_and_resume(base, mp: int, feature_dim: int, on_cpu: bool, run) -> dict:
+    """Chapter 03's recorded ``logits_traffic`` (the CPU path's gathers against a sharded cross-entropy; None on
+    cards, where MindSpore lays out the communication) and ``resume_dropped`` (``dropped_optimizer_state``)."""
+    from helpers.topics.logits_traffic import gather_bytes
+
+    traffic = gather_bytes(mp, base.batch_per_rank, base.num_classes, feature_dim) if on_cpu else None
+    return dict(logits_traffic=traffic, resume_dropped=dropped_optimizer_state(run))

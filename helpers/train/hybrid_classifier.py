@@ -113,6 +113,17 @@ def save_rank_checkpoint(net, run_dir, rank: int) -> dict:
             "classifier_shape": [int(d) for d in net.fc.weight.shape]}
 
 
+def optimizer_state_norms(step, net) -> dict:
+    """The L2 norms of the optimizer's momentum and of the weights: what a weights-only checkpoint drops, beside
+    what it keeps (MindSpore's ``Momentum`` names its buffers ``moments.<parameter>``)."""
+    import numpy as np
+
+    def norm(params) -> float:
+        return float(np.sqrt(sum(float(np.sum(p.asnumpy().astype(np.float64) ** 2)) for p in params)))
+    return {"momentum_norm": norm(p for p in step.get_parameters() if p.name.startswith("moments.")),
+            "weight_norm": norm(net.trainable_params())}
+
+
 def load_rank_checkpoint(net, ckpt_dir, rank: int) -> None:
     """Load ``<ckpt_dir>/rank_<r>/*.ckpt`` (e.g. from ``resplit_checkpoint``) into this rank's network;
     every parameter must be found with this rank's shape."""

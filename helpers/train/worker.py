@@ -192,9 +192,9 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
                    checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
                    conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
     if cfg.strategy_file:   # per-rank checkpoints under <run_dir>/ckpt/rank_<r>/ (merged by helpers.topics.strategy)
-        from helpers.train.hybrid_classifier import save_rank_checkpoint
+        from helpers.train.hybrid_classifier import optimizer_state_norms, save_rank_checkpoint
 
-        summary.update(save_rank_checkpoint(net, run_dir, rank))
+        summary.update(save_rank_checkpoint(net, run_dir, rank), **optimizer_state_norms(step, net))
     return summary
 
 

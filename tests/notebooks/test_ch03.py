@@ -36,6 +36,9 @@ def test_03_hybrid_parallel(standin, tmp_path):
     assert r["merged_checkpoint_max_diff"] == 0.0
     assert r["resumed_on_layout"] == "2x4"
     assert r["bad_strategy_rejected"] is True
+    # what the CPU path's logit gather moves per step, and the momentum a weights-only resume restarts
+    assert r["logits_traffic"]["logits_gather"] == 2 * 2 * r["logits_traffic"]["batch"] * c * 4
+    assert 0 < r["resume_dropped"]["momentum_norm"] < r["resume_dropped"]["weight_norm"]
     # the failure hybrid parallel fixes: out of memory under data parallel, fits split over mp = 2, same cap; on
     # 2 ranks at ci (OOM_RANKS: within the host-memory budget) with the chapter's per-rank batch
     assert r["dp_oom_reproduced"] is True and r["hybrid_fits_under_cap"] is True

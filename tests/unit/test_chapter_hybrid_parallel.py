@@ -29,7 +29,8 @@ def fake_run(losses, img_per_s, fc_bytes, shape=(8, 64)):
     """What the steps read of a JobResult: per-rank summaries, a (ranks, steps) loss metric, the job's img/s."""
     losses = np.asarray(losses, dtype=float)
     summaries = {"img_per_s": img_per_s, "classifier_param_bytes": [fc_bytes] * len(img_per_s),
-                 "classifier_shape": [list(shape)] * len(img_per_s)}
+                 "classifier_shape": [list(shape)] * len(img_per_s), "momentum_norm": [0.5] * len(img_per_s),
+                 "weight_norm": [20.0] * len(img_per_s)}
     return SimpleNamespace(summary=summaries.__getitem__, metric=lambda name: losses,
                            img_per_s=lambda skip=1: float(np.median(img_per_s)))
 

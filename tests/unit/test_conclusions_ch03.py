@@ -131,3 +131,15 @@ def test_hybrid_that_failed_under_the_cap_is_said_so():
     c = by_id(changed(hybrid_fits_under_cap=False, oom__hybrid_vms_peak_mb=None, oom__margin_below_mb=None,
                       oom__hybrid_error_kind="oom"))["hybrid_fits_under_cap"]
     assert c.holds is False and "did not fit under the same 3312 MB cap (JobFailed kind 'oom')" in c.text
+
+
+def test_the_logit_gather_cost_and_the_restarted_momentum_are_stated_from_the_run():
+    from helpers.topics.logits_traffic import gather_bytes
+
+    r = dict(ci_results(), logits_traffic=gather_bytes(2, 8, 1000, 64),
+             resume_dropped={"momentum_norm": 0.5, "weight_norm": 20.0})
+    c = by_id(r)
+    assert c["logits_gather_cost"].holds is None and "128.0 KB per step" in c["logits_gather_cost"].text
+    assert "16 rows x 1000 classes" in c["logits_gather_cost"].text and "400x less" in c["logits_gather_cost"].text
+    assert "norm 0.5 (2.5% of the weights' norm" in c["resume_restarts_momentum"].text
+    assert "logits_gather_cost" not in by_id(ci_results())        # a card run (MindSpore's own split) or older run
