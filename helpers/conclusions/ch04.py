@@ -223,7 +223,7 @@ def _comm_wait_claims(w: dict | None) -> list[Claim]:
     """What the communication share is made of: waiting for the last rank against the collective's own time."""
     if not w or w["comm_s"] <= 0:
         return []
-    return [claim("comm_is_mostly_waiting", None,
+    return [claim("comm_wait_vs_collective", None,
                   "Of the {comm:.1f} ms a rank spent per step in the gradient AllReduce, {wait:.1f} ms ({pct:.0%}) "
                   "was waiting for the last rank to arrive; the collective itself took at most {own:.1f} ms (the "
                   "last rank's own time, {n} split steps). The communication share counts both.",

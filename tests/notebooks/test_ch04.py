@@ -45,6 +45,6 @@ def test_04_profiling(standin, tmp_path):
     assert r["first_look_steps"] >= 3 and 0.0 < r["first_look_comm_share"] < 1.0 and r["first_look_spread"] >= 0
     assert set(r["first_look_verdict"]) >= {"rank", "cause", "wait_s", "spread_s", "steps", "method"}
     assert r["first_look_verdict"]["method"] == "split" and len(r["first_look_split"]) == 8
-    assert {"first_look_agrees_with_profiler", "first_look_verdict", "comm_is_mostly_waiting"} <= set(claims)
+    assert {"first_look_agrees_with_profiler", "first_look_verdict", "comm_wait_vs_collective"} <= set(claims)
     w = r["first_look_comm_wait"]       # the AllReduce's time: waiting for the last rank + the collective's own
     assert w["comm_s"] == pytest.approx(w["wait_s"] + w["collective_s"]) and w["collective_s"] > 0

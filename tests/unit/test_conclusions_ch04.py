@@ -305,6 +305,6 @@ def test_first_look_verdict_is_an_observation_naming_the_rank_or_the_spread():
 
 def test_the_communication_share_is_split_into_waiting_and_the_collective_as_an_observation():
     c = by_id(dict(first_look(), first_look_comm_wait=dict(comm_s=0.050, collective_s=0.008, wait_s=0.042, steps=3)))
-    c = c["comm_is_mostly_waiting"]
+    c = c["comm_wait_vs_collective"]
     assert c.holds is None and "50.0 ms" in c.text and "42.0 ms (84%) was waiting" in c.text and "8.0 ms" in c.text
-    assert "comm_is_mostly_waiting" not in by_id(first_look())       # recorded before the split existed
+    assert "comm_wait_vs_collective" not in by_id(first_look())       # recorded before the split existed
