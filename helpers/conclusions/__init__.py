@@ -34,9 +34,20 @@ def as_records(claims: list[Claim]) -> list[dict]:
     return [asdict(c) for c in claims]
 
 
-def claims_markdown(claims: list[Claim]) -> str:
-    """The claims as a markdown list, each marked ✓, ✗ or • (an observation)."""
-    return "\n".join(f"- {MARKS[c.holds]} {c.text}" for c in claims)
+SHOWN = 6       # claims in the open list; the rest of the run's claims sit in a collapsed block below it
+ORDER = {False: 0, True: 1, None: 2}     # what failed first, then the verdicts that held, then observations
+
+
+def claims_markdown(claims: list[Claim], shown: int = SHOWN) -> str:
+    """The claims as a markdown list, each marked ✓, ✗ or • (an observation): failures and verdicts first, the
+    first ``shown`` open and the others in a collapsed ``<details>`` block (every one is still recorded)."""
+    ranked = sorted(claims, key=lambda c: ORDER[c.holds])
+    lines = [f"- {MARKS[c.holds]} {c.text}" for c in ranked]
+    text = "\n".join(lines[:shown])
+    if len(lines) > shown:
+        text += (f"\n\n<details><summary>{len(lines) - shown} more from this run</summary>\n\n"
+                 + "\n".join(lines[shown:]) + "\n\n</details>")
+    return text
 
 
 def show_claims(claims: list[Claim]) -> list[dict]:
