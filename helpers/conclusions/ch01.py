@@ -95,7 +95,8 @@ def _loss_spread_claim(r: dict) -> Claim:
     other = max(v for k, v in spread.items() if k != "contiguous")
     return claim("loss_spread", None,
                  ("The ranks' last losses spread {c:.2f} (std over ranks) under the contiguous split, {o:.2f} at most "
-                  "under the others: each contiguous rank fits its own classes." if spread["contiguous"] > other else
+                  "under the others: the weights are the same on every rank, but each contiguous rank's batch holds its own "
+                  "classes and BatchNorm normalises it by that batch's statistics." if spread["contiguous"] > other else
                   "The ranks' last losses spread {c:.2f} (std over ranks) under the contiguous split, not more than "
                   "under the other splits (up to {o:.2f})."),
                  c=spread["contiguous"], o=other)

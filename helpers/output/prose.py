@@ -44,6 +44,7 @@ def notebook_prose(ipynb) -> dict:
 
 
 def main(argv=None) -> int:
+    """Print each executed notebook's prose count (the command line)."""
     for path in (argv if argv is not None else sys.argv[1:]):
         counts = notebook_prose(path)
         print(f"{Path(path).name}: {counts['total']} words ({counts['markdown']} written, "
