@@ -66,7 +66,8 @@ def slurm_unreachable() -> str | None:
     except subprocess.TimeoutExpired:
         return "scontrol ping timed out: no Slurm controller answers"
     if out.returncode or " is UP" not in out.stdout:
-        return f"no Slurm controller answers (scontrol ping: {(out.stdout + out.stderr).strip()[:200]})"
+        return ("Slurm's commands are installed, but no controller answers `scontrol ping` here (none is "
+                "configured, or it is down)")
     return None
 
 
