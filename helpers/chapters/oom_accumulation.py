@@ -17,6 +17,7 @@ from helpers.core.config import JobConfig, config_table, job_config
 from helpers.core.errors import JobFailed
 from helpers.job.host_memory import BUDGET_MB
 from helpers.job.launch import run_job
+from helpers.output.plots import rank_memory_bars, throughput_bars
 from helpers.output.tables import show_md, show_table
 from helpers.train.grad_accumulation import ACCUMULATION_FILE, step_code
 from helpers.topics import memory_scenarios as scenarios
@@ -309,15 +310,12 @@ class OomChapter:
             axes[0].plot(np.arange(1, loss.shape[1] + 1), loss.mean(axis=0), marker="o", label=name)
         axes[0].set(xlabel="step", ylabel="mean training loss over ranks", title="loss (same global batch)")
         axes[0].set_xticks(np.arange(1, self.full.metric("loss").shape[1] + 1))
-        ranks = np.arange(self.full.config.world_size)
-        axes[1].bar(ranks - 0.2, self.mem_full["peak"], 0.4, label="full batch")
-        axes[1].bar(ranks + 0.2, self.mem_acc["peak"], 0.4, label="accumulated")
-        axes[1].plot(ranks, self.mem_full["ready"], "k_", ms=14, label="before first step")
-        axes[1].set(xlabel="rank", ylabel="MB", title=f"{MEMORY_LABELS[self.memory]} per rank")
-        for ax in axes[:2]:
-            ax.legend(fontsize=8)
-        axes[2].bar(["full batch", "accumulated"], [self.tp["full_batch"], self.tp["accumulated"]], color=["C0", "C1"])
-        axes[2].set(ylabel="images / s", title=f"throughput ({self.base.world_size} ranks)")
+        rank_memory_bars(axes[1], {"full batch": self.mem_full["peak"], "accumulated": self.mem_acc["peak"]},
+                         self.mem_full["ready"], f"{MEMORY_LABELS[self.memory]} per rank", None
+                         if self.memory == "device" else f"the cap, {self.cap_mb} MB, counts address space, not RSS")
+        axes[0].legend(fontsize=8)
+        throughput_bars(axes[2], self.base.global_batch, self.tp_steps)
+        axes[2].set_title(f"throughput ({self.base.world_size} ranks)")
         fig.tight_layout()
         plt.show()
 

@@ -221,3 +221,29 @@ def enable_alt_text(shell=None) -> bool:
 
 
 enable_alt_text()
+
+
+def throughput_bars(ax, global_batch: int, steps: dict[str, list[float]]) -> None:
+    """Images per second per run: a bar at the median timed step and a whisker over the fastest and slowest one,
+    with the number of timed steps (two steps cannot rank two runs that differ by less than their spread)."""
+    for i, (name, times) in enumerate(steps.items()):
+        rate = global_batch / np.asarray(times)
+        mid = float(global_batch / np.median(times))      # as the job's img_per_s: the batch over the median step
+        ax.bar(i, mid, color=f"C{i}")
+        ax.errorbar(i, mid, yerr=[[mid - rate.min()], [rate.max() - mid]], color="k", capsize=6)
+        ax.annotate(f"median of\n{len(times)} steps", (i, 0), ha="center", va="bottom", fontsize=8, color="white",
+                    xytext=(0, 4), textcoords="offset points")
+    ax.set(xticks=range(len(steps)), xticklabels=[k.replace("_", " ") for k in steps], ylabel="images / s")
+
+
+def rank_memory_bars(ax, peaks: dict[str, list], ready, title: str, note: str | None = None) -> None:
+    """Each run's peak memory per rank side by side, the memory before the first step as a tick, whole-rank axis;
+    ``note`` (e.g. what a cap counts that the bars do not show) in the corner."""
+    ranks = np.arange(len(ready))
+    width = 0.8 / len(peaks)
+    for i, (name, mb) in enumerate(peaks.items()):
+        ax.bar(ranks + (i - (len(peaks) - 1) / 2) * width, mb, width, label=name)
+    ax.plot(ranks, ready, "k_", ms=14, label="before first step")
+    ax.set(xlabel="rank", ylabel="MB", xticks=ranks, xlim=(-0.6, len(ranks) - 0.4))
+    ax.set_title(title + (f"\n({note})" if note else ""), fontsize=10 if note else None)
+    ax.legend(fontsize=8, loc="lower right")
