@@ -67,7 +67,10 @@ def plot_step_timeline(jp, step: int = -1, title: str | None = None, ax=None):
 def plot_fusion_sweep(rows: list[dict], title: str = "communication fusion: step time vs bucket size"):
     """Two panels from sweep rows (``label``, ``bucket_mb``, ``allreduce_per_step``, ``step_s``): step time vs
     mean bucket size (log x), and step time vs AllReduce calls per step. A row without a positive size (unknown)
-    cannot sit on a log axis: it is named in the left panel's title instead of silently dropped."""
+    cannot sit on a log axis: it is named in the left panel's title instead of silently dropped. Fewer than
+    ``MIN_SWEEP_POINTS`` rows make no curve: one bar per setting, its calls and bucket size in its label."""
+    if len(rows) < MIN_SWEEP_POINTS:
+        return _fusion_bars(rows, title)
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.4))
     unsized = [row["label"] for row in rows if not np.isfinite(row["bucket_mb"]) or row["bucket_mb"] <= 0]
     for row in rows:
@@ -83,6 +86,23 @@ def plot_fusion_sweep(rows: list[dict], title: str = "communication fusion: step
         a.set_title(f"no size for: {', '.join(unsized)}", fontsize=8)
     b.set(xscale="log", xlabel="AllReduce calls per step (measured)", ylabel="step time (s, no profiler)")
     fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+MIN_SWEEP_POINTS = 3
+
+
+def _fusion_bars(rows: list[dict], title: str):
+    """One horizontal bar per fusion setting: its step time, labelled with its AllReduce calls and bucket size."""
+    def size(mb) -> str:
+        return f"{mb:.2f} MiB" if np.isfinite(mb) and mb > 0 else "size unknown"
+
+    fig, ax = plt.subplots(figsize=(7, 0.6 * len(rows) + 1.6))
+    ax.barh([f"{r['label']}\n{r['allreduce_per_step']:.0f} calls, {size(r['bucket_mb'])}" for r in rows],
+            [r["step_s"] for r in rows], color=[f"C{i}" for i in range(len(rows))])
+    ax.set(xlabel="step time (s, no profiler)", title=title)
+    ax.invert_yaxis()
     fig.tight_layout()
     return fig
 

@@ -530,9 +530,20 @@ def test_cpu_fp16_flags(tmp_path):
 
 def test_fusion_sweep_plot_names_a_row_without_a_size():
     rows = [dict(label="unfused", bucket_mb=0.01, allreduce_per_step=62, step_s=1.2),
-            dict(label="auto", bucket_mb=float("nan"), allreduce_per_step=1, step_s=0.6)]
+            dict(label="auto", bucket_mb=float("nan"), allreduce_per_step=1, step_s=0.6),
+            dict(label="size 1 MB", bucket_mb=1.0, allreduce_per_step=3, step_s=0.7)]
     fig = plots.plot_fusion_sweep(rows)
     left, right = fig.axes
-    assert len(left.collections) == 1 and len(right.collections) == 2
+    assert len(left.collections) == 2 and len(right.collections) == 3
     assert "no size for: auto" in left.get_title()
+    plots.plt.close(fig)
+
+
+def test_two_fusion_settings_are_bars_not_a_curve_on_log_axes():
+    rows = [dict(label="unfused", bucket_mb=0.01, allreduce_per_step=62, step_s=1.2),
+            dict(label="auto", bucket_mb=float("nan"), allreduce_per_step=1, step_s=0.6)]
+    fig = plots.plot_fusion_sweep(rows)
+    (ax,) = fig.axes
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert labels == ["unfused\n62 calls, 0.01 MiB", "auto\n1 calls, size unknown"] and len(ax.patches) == 2
     plots.plt.close(fig)

@@ -148,7 +148,9 @@ def test_the_per_rank_split_adds_up_to_the_step_and_shows_where_the_straggler_lo
     assert sec[4, 1] == pytest.approx(GRAD + 0.4, rel=0.05) and sec[4, 2] == pytest.approx(NET, abs=0.01)
     assert np.delete(sec[:, 2], 4) == pytest.approx(np.full(7, 0.4 + NET), rel=0.1)   # the others wait for it
     fig = time_split_bars(ranks, sec, SPLIT_PARTS, "where each rank's step went", straggler=4)
-    assert "rank 4 (straggler)" in describe(fig)
+    assert "rank 4 (straggler)" in describe(fig) and not fig.axes[0].texts
+    level = time_split_bars(ranks, np.ones((8, 4)), SPLIT_PARTS, "level", straggler=None)
+    assert level.axes[0].texts[0].get_text() == "no straggler: the ranks' steps differ by at most 0%"
     _, fused, split = rank_time_split(job(every=10**6))
     assert not split and fused[:, 2].sum() == 0 and fused[:, 1] == pytest.approx(np.full(8, GRAD + NET + UPDATE),
                                                                                  rel=0.1)
