@@ -12,6 +12,7 @@ ARCHS = {
 }
 EXPANSION = {"basic": 1, "bottleneck": 4}
 BASE_WIDTHS = (64, 128, 256, 512)
+RECOMPUTE_LEVELS = ("none", "block", "stage")   # Cell.recompute() on: nothing, each residual block, each stage
 
 
 def stage_widths(width: float) -> list[int]:

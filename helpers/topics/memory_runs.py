@@ -82,7 +82,7 @@ def _measured_step(spec: dict):
     import mindspore as ms
     from mindspore.device_context.cpu.op_tuning import threads_num
 
-    from helpers.train.models import build_model
+    from helpers.train.models import build_model, set_recompute
     from helpers.train.recipe import plain_train_step
 
     ms.set_context(mode=ms.GRAPH_MODE)
@@ -91,7 +91,9 @@ def _measured_step(spec: dict):
     ms.set_seed(0)
     batch, k, size = int(spec["batch"]), int(spec.get("accumulation_steps", 1)), int(spec["image_size"])
     classes = spec.get("num_classes", 10)
-    step_cell = plain_train_step(build_model(spec["arch"], classes, spec["width"], spec["stem"], spec["conv_impl"]))
+    net = build_model(spec["arch"], classes, spec["width"], spec["stem"], spec["conv_impl"])
+    set_recompute(net, spec.get("recompute", "none"))
+    step_cell = plain_train_step(net, amp_level=spec.get("amp_level", "O0"))
     rng = np.random.default_rng(0)
 
     def data(n):
@@ -121,34 +123,38 @@ def measure_here(spec: dict) -> dict:
     first_s = time.perf_counter() - t0
     after_first_rss = _status_kib("VmRSS") / 1024
     reset = _reset_peak_rss()
-    times = []
+    times, losses = [], []
     for _ in range(int(spec.get("steps", 2))):
         t0 = time.perf_counter()
-        step()
+        out = step()
         times.append(time.perf_counter() - t0)
+        losses.append(float(np.asarray(out).reshape(-1)[0]))
     return {
         # MindSpore's own allocator counters (documented to read 0 on CPU: recorded, so the notebook can say so)
         "allocator_max_allocated_mb": runtime.max_memory_allocated() / MIB,
         "allocator_max_reserved_mb": runtime.max_memory_reserved() / MIB,
         "batch": int(spec["batch"]), "accumulation_steps": int(spec.get("accumulation_steps", 1)),
         "image_size": int(spec["image_size"]), "conv_impl": spec["conv_impl"],
+        "recompute": spec.get("recompute", "none"), "amp_level": spec.get("amp_level", "O0"),
         "ready_rss_mb": ready_rss, "ready_vms_mb": ready_vms, "after_first_step_rss_mb": after_first_rss,
         "steady_peak_rss_mb": _status_kib("VmHWM") / 1024 if reset else float("nan"),
         "peak_rss_mb": _status_kib("VmHWM") / 1024 if not reset else None,
         "vms_peak_mb": _status_kib("VmPeak") / 1024, "first_step_s": first_s,
-        "step_s": float(np.median(times)), "peak_reset": reset,
+        "step_s": float(np.median(times)), "step_times_s": times, "losses": losses, "peak_reset": reset,
     }
 
 
 def measure_step_memory(batch: int, arch: str = "resnet18", width: float = 0.125, stem: str = "small",
                         image_size: int = 32, conv_impl: str = "native", accumulation_steps: int = 1,
                         steps: int = 2, threads: int = 1, timeout_s: float = 600.0,
-                        onednn_verbose: bool = False) -> dict:
+                        onednn_verbose: bool = False, recompute: str = "none", amp_level: str = "O0") -> dict:
     """Peak RSS of steady training steps (after compilation) of one model in a fresh single process.
 
     ``batch`` is the per-step batch (with ``accumulation_steps`` K it is split into K micro-batches run
-    through ``helpers.train.grad_accumulation``). Returns MiB figures: ``ready_rss_mb`` (built, before the first step),
-    ``steady_peak_rss_mb`` (peak of the steps after the compiling one), ``vms_peak_mb``, and step times.
+    through ``helpers.train.grad_accumulation``); ``recompute`` (``helpers.train.models.set_recompute``) and
+    ``amp_level`` (``helpers.train.recipe.plain_train_step``) are the other memory levers. Returns MiB figures:
+    ``ready_rss_mb`` (built, before the first step), ``steady_peak_rss_mb`` (peak of the steps after the compiling
+    one), ``vms_peak_mb``, step times and the steps' losses (``losses``: a lever that only saves memory keeps them).
     ``onednn_verbose``: also return ``conv_kernels``, the oneDNN implementation MindSpore's native
     convolution ran for each pass (``onednn_conv_kernels``): it depends on the CPU's instruction set, and
     so does the memory a convolution holds beyond the activations.
@@ -158,7 +164,8 @@ def measure_step_memory(batch: int, arch: str = "resnet18", width: float = 0.125
     if conv_impl not in ("native", "im2col"):
         raise ValueError(f"conv_impl: measure 'native' or 'im2col' explicitly (got {conv_impl!r})")
     spec = dict(batch=batch, arch=arch, width=width, stem=stem, image_size=image_size, conv_impl=conv_impl,
-                accumulation_steps=accumulation_steps, steps=steps, threads=threads)
+                accumulation_steps=accumulation_steps, steps=steps, threads=threads, recompute=recompute,
+                amp_level=amp_level)
     env = {"OMP_NUM_THREADS": str(threads), **({"ONEDNN_VERBOSE": "1"} if onednn_verbose else {})}
     result, lines = call_fresh("helpers.topics.memory_runs:measure_here", spec, env=env,
                                unset=("MS_COMPILER_CACHE_ENABLE",), timeout_s=timeout_s, keep_output=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from mindspore import nn, ops
 
 from helpers.train.im2col_conv import make_conv, shared_times
-from helpers.core.resnet_layout import ARCHS, EXPANSION, stage_widths
+from helpers.core.resnet_layout import ARCHS, EXPANSION, RECOMPUTE_LEVELS, stage_widths
 
 
 def _bn(channels):
@@ -110,6 +110,18 @@ def build_model(arch="resnet50", num_classes=1000, width=1.0, stem="imagenet", c
     convolutions share one matmul cell of their own: AMP's float16 flag on it must not reach the next model."""
     shared_times.cache_clear()
     return ResNet(arch, num_classes, width, stem, conv_impl)
+
+
+def set_recompute(net, level="none"):
+    """Mark ``net``'s residual blocks (``"block"``) or stages (``"stage"``) for ``Cell.recompute()``, so backward
+    recomputes what they computed instead of keeping it (chapter 02's lever; ``helpers.core.memory_levers``)."""
+    if level not in RECOMPUTE_LEVELS:
+        raise ValueError(f"recompute must be one of {RECOMPUTE_LEVELS}, got {level!r}")
+    stages = [net.layer1, net.layer2, net.layer3, net.layer4]
+    cells = [] if level == "none" else stages if level == "stage" else [b for s in stages for b in s.cells()]
+    for cell in cells:
+        cell.recompute()
+    return net
 
 
 def count_parameters(net, trainable_only=True):

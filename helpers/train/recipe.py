@@ -98,11 +98,13 @@ def build_train_step(cfg, net, loss_fn, opt):
     return step
 
 
-def plain_train_step(net, lr: float = 0.01):
-    """``build_train_step`` for a measurement: fp32, sparse cross entropy, momentum 0.9, no weight decay."""
+def plain_train_step(net, lr: float = 0.01, amp_level: str = "O0"):
+    """``build_train_step`` for a measurement on CPU: sparse cross entropy, momentum 0.9, no weight decay, fp32
+    unless ``amp_level`` asks for AMP (then the CPU's fixed loss scale, as a CPU job of that level trains)."""
     from helpers.core.config import JobConfig
 
-    cfg = JobConfig(lr=lr, momentum=0.9, weight_decay=0.0, amp_level="O0")
+    cfg = JobConfig(lr=lr, momentum=0.9, weight_decay=0.0, amp_level=amp_level, device_target="CPU",
+                    loss_scale="fixed")
     return build_train_step(cfg, net, build_loss(cfg), build_optimizer(cfg, net.trainable_params()))
 
 

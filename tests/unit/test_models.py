@@ -53,6 +53,19 @@ def test_unknown_arch_and_conv_impl_are_rejected():
     assert isinstance(make_conv(3, 4, 1, impl="im2col"), Im2ColConv2d)
 
 
+@pytest.mark.parametrize("level, marked", [("none", 0), ("block", 8), ("stage", 4)])
+def test_set_recompute_marks_each_block_or_each_stage(level, marked):
+    from helpers.train.models import set_recompute
+
+    net = set_recompute(build_model("resnet18", 10, 0.125, "small"), level)
+    stages = [net.layer1, net.layer2, net.layer3, net.layer4]
+    cells = stages + [b for s in stages for b in s.cells()]
+    on = [c for c in cells if getattr(c, "_recompute_cell", None) is not None]     # what Cell.recompute() sets
+    assert len(on) == marked and all((c in stages) == (level == "stage") for c in on)
+    with pytest.raises(ValueError, match="recompute"):
+        set_recompute(net, "layer")
+
+
 def test_no_helpers_module_shadows_a_mindspore_layer_module():
     """AMP O1 (mindspore.rewrite) imports a cell's module by its basename with the module's folder on sys.path:
     a helpers module named like one of mindspore/nn/layer/*.py (conv, normalization, ...) breaks it."""

@@ -111,3 +111,17 @@ def test_plain_train_step_is_the_recipe_builder_in_fp32_without_decay():
     assert not step.optimizer.is_group_lr and float(step.optimizer.momentum.asnumpy()) == pytest.approx(0.9)
     loss = step(ms.Tensor(np.ones((8, 4), np.float32)), ms.Tensor(np.arange(8) % 3, ms.int32))
     assert np.isfinite(loss.asnumpy())
+
+
+def test_plain_train_step_at_o2_trains_with_the_cpu_fixed_scale():
+    import mindspore as ms
+    from mindspore import nn
+
+    from helpers.train.recipe import FIXED_LOSS_SCALE, plain_train_step
+
+    ms.set_context(mode=ms.GRAPH_MODE)
+    ms.set_device("CPU")
+    step = plain_train_step(nn.Dense(4, 3), amp_level="O2")
+    assert step.optimizer.loss_scale == FIXED_LOSS_SCALE
+    loss, extra = step_loss(step(ms.Tensor(np.ones((8, 4), np.float32)), ms.Tensor(np.arange(8) % 3, ms.int32)))
+    assert np.isfinite(loss) and not extra.get("overflow", False)
