@@ -29,11 +29,12 @@ BENCHMARKS = {
     "vs_pytorch": False, "conv_breakdown": False,
     "vs_model_train": True,
     "vs_mindcv": True,
-    "scaling": True, "knobs": True, "comm_fusion": True, "time_split": True, "accumulation": False, "hybrid": True,
+    "scaling": True, "knobs": True, "comm_fusion": True, "time_split": True, "accumulation": False,
+    "memory_levers": False, "hybrid": True,
     "course_time": True, "ci_time": False,
 }
 SAVES_ITSELF = {"conv_breakdown", "vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
-                "sampler_phases", "ci_time", "time_split", "shared_compile"}
+                "sampler_phases", "ci_time", "time_split", "shared_compile", "memory_levers"}
 
 
 def _json_from(text: str) -> dict:

@@ -240,6 +240,7 @@ def training_rows(rows: Rows) -> None:
             rows.add("memory planner / measured activation slope (im2col)",
                      get_in(d, "planner_im2col", "planner_vs_measured_slope_ratio"), "0.75..1.25", "accumulation",
                      "im2col convolution")
+    lever_result_rows(rows)
     d = rows.results.get("comm_fusion")
     if d:
         rows.add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),
@@ -264,6 +265,21 @@ def training_rows(rows: Rows) -> None:
         if "whole train step" in case:
             rows.add(f"conv: native / im2col step time ({case})", c.get("native_over_im2col"), "", "conv_cpu",
                      "> 1: im2col faster; conv_impl='auto' picks per machine")
+
+
+def lever_result_rows(rows: Rows) -> None:
+    """Chapter 02's memory levers: the planner against the measured MiB per image, and each lever against plain."""
+    for impl, m in (get_in(rows.results, "memory_levers", "measured") or {}).items():
+        for lever, p in (m.get("planner") or {}).items():
+            if p.get("measured") is not None:
+                rows.add(f"memory levers ({impl}): {lever}, planner / measured MiB per image",
+                         p.get("planned_over_measured"), "", "memory_levers",
+                         f"planned {p['planned']:.2f}, measured {p['measured']:.2f} MiB per image; {p['where']}")
+        for lever, f in (m.get("levers") or {}).items():
+            if "slope_ratio_vs_plain" in f:
+                rows.add(f"memory levers ({impl}): {lever} / plain, MiB per image", f["slope_ratio_vs_plain"], "",
+                         "memory_levers", f"step time {f['step_time_ratio_vs_plain']:.2f}x plain; batches "
+                         f"{f['batches']}; largest loss difference {f['max_loss_diff_vs_plain']:.1e}")
 
 
 ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, host_memory_rows, phase_rows,

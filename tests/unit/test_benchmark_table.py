@@ -239,3 +239,20 @@ def test_time_split_rows_judge_the_overhead_and_the_agreement():
     agree = rows["time split: communication share, |first look - profiler| (chapter 04)"]
     assert judge(over.measured, over.goal) == "met" and "one step in 10 split" in over.note and "21 %" in over.note
     assert judge(agree.measured, agree.goal).startswith("missed by 0.03") and "first look 0.400" in agree.note
+
+
+def test_memory_lever_rows_are_informational_planner_and_plain_ratios():
+    lever = {"slope_ratio_vs_plain": 1.13, "step_time_ratio_vs_plain": 1.33, "batches": [32, 64, 128],
+             "max_loss_diff_vs_plain": 0.0}
+    d = {"measured": {"im2col": {
+        "levers": {"plain": {"slope_mib_per_image": 3.6}, "recompute_block": lever},
+        "planner": {"plain step (fp32)": {"planned": 3.34, "measured": 3.6, "planned_over_measured": 0.93,
+                                          "where": "CPU: measured"},
+                    "recompute each residual block (one at a time)": {"planned": 0.99, "measured": None,
+                                                                      "planned_over_measured": None, "where": "x"}}}}}
+    rows = {r.what: r for r in goal_rows({"memory_levers": d}) if r.source == "results/memory_levers.json"}
+    assert set(rows) == {"memory levers (im2col): plain step (fp32), planner / measured MiB per image",
+                         "memory levers (im2col): recompute_block / plain, MiB per image"}
+    assert all(r.goal == "" for r in rows.values())
+    rec = rows["memory levers (im2col): recompute_block / plain, MiB per image"]
+    assert rec.measured == 1.13 and "step time 1.33x plain" in rec.note
