@@ -47,20 +47,17 @@ class LeverRow(NamedTuple):
 
 
 def measure_levers(batches=(32, 64, 128), levers=tuple(LEVERS), conv_impl: str = "im2col", steps: int = 2,
-                   **model) -> dict:
+                   arch: str = "resnet18", width: float = 0.125, stem: str = "small", image_size: int = 32) -> dict:
     """Each lever at each batch in its own fresh process (levers alternate within a batch, so load hits all alike),
-    then ``fit_levers``; ``model`` goes to ``measure_step_memory`` (arch, width, stem, image_size, threads)."""
+    then ``fit_levers``; the model defaults to the ci preset's."""
     from helpers.topics.memory_runs import measure_step_memory
 
+    model = dict(arch=arch, width=width, stem=stem, image_size=image_size)
     runs = {name: [] for name in levers}
     for b in batches:
         for name in levers:
             runs[name].append(measure_step_memory(int(b), conv_impl=conv_impl, steps=steps, **LEVERS[name], **model))
-    first = runs[levers[0]][0]
-    keys = ("arch", "width", "stem", "image_size")
-    defaults = dict(arch="resnet18", width=0.125, stem="small", image_size=first["image_size"])
-    return {"model": {k: model.get(k, defaults[k]) for k in keys}, "conv_impl": conv_impl, "steps": steps,
-            "levers": fit_levers(runs)}
+    return {"model": model, "conv_impl": conv_impl, "steps": steps, "levers": fit_levers(runs)}
 
 
 def fit_levers(runs: dict[str, list[dict]]) -> dict:
