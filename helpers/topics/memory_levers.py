@@ -158,3 +158,40 @@ def lever_rows(cfg, measured: dict | None = None) -> list[LeverRow]:
         where = "plain data parallelism: every rank holds it all" if s == "1" else WHERE_SHARDS
         rows.append(LeverRow(lever, "MiB/rank", st["total"], None, None, None, where))
     return rows
+
+
+RESULTS_FILE = "benchmarks/results/memory_levers.json"    # ``python -m benchmarks memory_levers``
+HEADERS = ("lever", "unit", "planned", "measured", "planned / measured", "step time vs plain", "where")
+
+
+def show_levers(preset: str) -> dict:
+    """Chapter 02's levers table: at ``ci``/``cpu`` the benchmark's measured model (``RESULTS_FILE``: one process,
+    im2col) beside the planner, on cards the preset's model planned; returns what the chapter records."""
+    import json
+
+    from helpers.core.config import job_config
+    from helpers.core.paths import resolve
+    from helpers.output.tables import show_md, show_table
+
+    bench = json.loads(resolve(RESULTS_FILE).read_text())
+    on_cpu = preset in ("ci", "cpu")
+    model = bench["model"]
+    cfg = (job_config("ci", arch=model["arch"], width=model["width"], stem=model["stem"], image_size=model["image_size"],
+                      num_classes=model["num_classes"], conv_impl="im2col") if on_cpu else job_config(preset))
+    rows = lever_rows(cfg, bench["measured"]["im2col"] if on_cpu else None)
+    show_table([(r.lever, r.unit, r.planned, r.measured, r.ratio, r.time_ratio, r.where) for r in rows], HEADERS)
+    m = bench["measured"]["im2col"]["levers"]
+    figures = dict(recompute_memory=m["recompute_block"]["slope_ratio_vs_plain"],
+                   recompute_time=m["recompute_block"]["step_time_ratio_vs_plain"],
+                   amp_memory=m["amp_o2"]["slope_ratio_vs_plain"], amp_time=m["amp_o2"]["step_time_ratio_vs_plain"],
+                   shards={r.lever: r.planned for r in rows if r.unit == "MiB/rank"}, source=RESULTS_FILE,
+                   model=model, measured_here=on_cpu)
+    saved = [name for name, key in (("recomputation", "recompute_memory"), ("AMP O2", "amp_memory"))
+             if figures[key] < 1]
+    verdict = f"{' and '.join(saved)} saved memory" if saved else "neither lever saved memory"
+    show_md(f"Measured by `python -m benchmarks memory_levers` (`{RESULTS_FILE}`: one process, the `ci` model, "
+            f"im2col). On that CPU {verdict}: recomputing each block took {figures['recompute_memory']:.2f}x the "
+            f"plain step's memory per image and {figures['recompute_time']:.2f}x its time; AMP O2 "
+            f"{figures['amp_memory']:.2f}x and {figures['amp_time']:.2f}x. The *where* column says why, and what the "
+            "planner expects on a card.")
+    return figures

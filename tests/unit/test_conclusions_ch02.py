@@ -234,3 +234,18 @@ def test_host_memory_within_and_over_the_budget_and_without_one(base_record):
     gpu = changed(base_record, host_budget_mb=None)["host_memory_budget"]
     assert gpu.holds is None and "none at this preset" in gpu.text
     assert changed(base_record, peak_host_mb={})["host_memory_budget"].holds is None
+
+
+def test_the_memory_levers_are_an_observation_from_the_benchmark_the_chapter_shows(monkeypatch):
+    from helpers.conclusions.ch02 import _levers
+    from helpers.output import tables
+    from helpers.topics.memory_levers import show_levers
+
+    monkeypatch.setattr(tables, "show_table", lambda *a, **k: None)
+    monkeypatch.setattr(tables, "show_md", lambda *a, **k: None)
+    lv = show_levers("ci")
+    assert lv["source"] == "benchmarks/results/memory_levers.json" and lv["measured_here"] is True
+    (c,) = _levers({"memory_levers": lv})
+    assert c.holds is None and f"{lv['recompute_time']:.2f}x its time" in c.text and "over 8 ranks" in c.text
+    assert _levers({}) == []
+    assert show_levers("gpu8")["measured_here"] is False        # the card's model, planned
