@@ -4,9 +4,11 @@ import json
 from pathlib import Path
 
 from helpers.course import run_chapter, warning_lines
+from helpers.output.prose import notebook_prose
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 MIN_CLAIMS = 4
+PROSE_WORDS = 1500    # a chapter of the best tutorials, generated text included (helpers.output.prose)
 
 
 def output_text(ipynb: Path) -> str:
@@ -25,6 +27,8 @@ def execute(stem: str, tmp_path: Path) -> dict:
     run = run_chapter(NOTEBOOKS / f"{stem}.ipynb", "ci", tmp_path)
     assert run.ok, f"{stem} failed: {run.error} (executed notebook: {run.notebook})"
     assert not warning_lines(run.notebook), f"warnings reach the reader: {warning_lines(run.notebook)}"
+    prose = notebook_prose(run.notebook)
+    assert prose["total"] <= PROSE_WORDS, f"{stem}: {prose} words of prose a reader meets (at most {PROSE_WORDS})"
     page = Path(run.html).read_text(encoding="utf-8")
     assert "data:image/png;base64" in page, "the HTML handout embeds the chapter's figures"
     assert (tmp_path / "results" / f"{stem}.json").exists()
