@@ -270,11 +270,11 @@ def cell_fusion_ids(ch: Chapter, baseline: ProfiledJob) -> dict[str, ProfiledJob
 # ------------------------------------------------------------------------------ 5: mixed precision
 def amp_ranks_note(amp_world_size: int, base: JobConfig, preset: str) -> str:
     """One sentence: how many ranks the mixed-precision jobs use, and why when fewer than the chapter's."""
-    fewer = (f" — fewer than the chapter's {base.world_size} in the `{preset}` preset, to keep the notebook within "
-             "its time budget: precision changes each rank's compute, which a rank per core measures without the "
-             "other ranks' contention for the cores.")
-    return (f"The mixed-precision jobs run on **{amp_world_size} rank(s)** with fusion on (`auto`), "
-            f"{base.batch_per_rank} images per rank" + (fewer if amp_world_size != base.world_size else "."))
+    fewer = (f" The chapter's other jobs use {base.world_size} in the `{preset}` preset: precision changes each "
+             "rank's compute, which a rank per core measures without the other ranks' contention for the cores, and "
+             "fewer ranks keep the notebook within its time budget.")
+    return (f"The mixed-precision jobs run on **{amp_world_size} rank(s)**, with fusion on (`auto`) and "
+            f"{base.batch_per_rank} images per rank." + (fewer if amp_world_size != base.world_size else ""))
 
 
 def amp_kinds(conv_types) -> list[str]:
