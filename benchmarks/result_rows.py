@@ -46,8 +46,9 @@ def course_rows(rows: Rows) -> None:
         cells = [j["total_s"] for j in get_in(d, "ci", "jobs", "jobs") or [] if j.get("cell")]
         rows.add("whole course ci with the chapters' %%ranks cells / without them (same machine, cold cache)",
                  get_in(d, "ci", "total_s") / before["total_s"], "", "course_time",
-                 f"{get_in(d, 'ci', 'total_s'):.0f} s against {before['total_s']:.0f} s for {before['commit']}, run "
-                 f"the same day on the same machine (empty 8-rank job {get_in(d, 'ci', 'noop_job', 'median_s'):.1f} s "
+                 f"{get_in(d, 'ci', 'total_s'):.0f} s ({get_in(d, 'ci', 'machine', 'date_utc')}) against "
+                 f"{before['total_s']:.0f} s for {before['commit']} ({get_in(before, 'machine', 'date_utc')}) on this "
+                 f"machine (empty 8-rank job {get_in(d, 'ci', 'noop_job', 'median_s'):.1f} s "
                  f"against {before['noop_job']['median_s']:.1f} s); the {len(cells)} cell jobs took "
                  f"{sum(cells):.0f} s (chapter 00's two of them: its first job and the same cell on 2 nodes)",
                  load=_load(before))
