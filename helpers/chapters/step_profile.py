@@ -21,7 +21,7 @@ from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indic
                                        predicted_buckets)
 from helpers.topics.first_look import EVERY_STEP, FirstLook, first_look_values, plot_first_look, read_first_look
 from helpers.topics.merged_trace import write_merged_trace
-from helpers.topics.profiling import JobProfile, job_step_s, overhead_ratio, read_job_profile
+from helpers.topics.profiling import JobProfile, job_comm_overlap, job_step_s, overhead_ratio, read_job_profile
 from helpers.train.models import build_model
 
 # Per preset: job length, which buckets the fusion sweep tries, how many ranks the AMP jobs use; ``look_steps``
@@ -398,7 +398,7 @@ def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep
         timed_step_s={"baseline": unprofiled_steps(baseline.result), "fused": unprofiled_steps(sweep.fused.result),
                       "baseline_profiled": per_step(baseline.result.metric("step_s"), ch.base.profile_skip_steps,
                                                     ranks="mean"), "after": after["after_steps"]},
-        comm_share={"baseline": bp.comm_share, "fused": fp.comm_share},
+        comm_share={"baseline": bp.comm_share, "fused": fp.comm_share}, comm_overlap=job_comm_overlap(bp),
         comm_share_per_step={"baseline": step_shares(bp), "fused": step_shares(fp)},
         comm_share_without_profiler=cross.share_without_profiler, no_reduce_step_time_s=cross.t_alone,
         profiler_overhead_ratio=cross.overhead, fusion_sweep=sweep.rows,

@@ -219,6 +219,24 @@ def first_look_claims(r: dict) -> list[Claim]:
     ]
 
 
+def overlap_claims(r: dict) -> list[Claim]:
+    """Whether the gradient AllReduces overlapped backward in the profiled baseline step (an observation; on CPU
+    the kernels run one at a time, so the collectives interleave with backward but cannot overlap it)."""
+    o = r.get("comm_overlap")
+    if not o or not o["comm_ms"]:
+        return []
+    issued = ("{after} of its {bw} backward kernels ran after the first AllReduce started: each gradient's "
+              "AllReduce is issued as soon as backward produces it. " if o["backward_kernels"] else "")
+    serial = o["overlap_ms"] < 0.01 * o["comm_ms"]
+    return [claim("allreduce_overlap", None,
+                  "In the unfused baseline's profiled step, " + issued + "The AllReduces overlapped other kernels for "
+                  "{ov:.1f} ms of their {comm:.0f} ms (at most {mx:.1f} ms on any rank): "
+                  + ("the kernels ran one at a time, so communication added to the step." if serial else
+                     "overlap hid {pct:.0%} of the communication."),
+                  after=o["backward_after_first_comm"], bw=o["backward_kernels"], ov=o["overlap_ms"],
+                  comm=o["comm_ms"], mx=o["max_overlap_ms_any_rank"], pct=o["overlap_ms"] / o["comm_ms"])]
+
+
 def _comm_wait_claims(w: dict | None) -> list[Claim]:
     """What the communication share is made of: waiting for the last rank against the collective's own time."""
     if not w or w["comm_s"] <= 0:
@@ -233,7 +251,7 @@ def _comm_wait_claims(w: dict | None) -> list[Claim]:
 
 def build(r: dict) -> list[Claim]:
     """Every claim of chapter 04 from its recorded values ``r`` (the keys the notebook passes to ``record_results``)."""
-    return (first_look_claims(r) + fusion_claims(r) + comm_fusion_api_claims(r) + amp_claims(r)
+    return (first_look_claims(r) + overlap_claims(r) + fusion_claims(r) + comm_fusion_api_claims(r) + amp_claims(r)
             + measurement_claims(r))
 
 

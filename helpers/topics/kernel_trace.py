@@ -235,3 +235,20 @@ def allreduce_elements(framework_lines, n_steps: int) -> list[int]:
     sizes = [shape_elements(ln) for ln in framework_lines if ln.split(";", 1)[0] == "AllReduce"]
     per = len(sizes) // max(n_steps, 1)
     return sizes[:per]
+
+
+BACKWARD_SCOPE = "Gradients"    # MindSpore's scope of the backward pass in a kernel's full name
+
+
+def comm_overlap(events: list[OpEvent]) -> dict:
+    """One profiled step: how much of its communication kernels' time overlapped other kernels (ms), and how many
+    backward kernels ran after its first collective started (an AllReduce issued as soon as its gradient is ready
+    runs between backward kernels; overlap needs them to run at the same time)."""
+    comm = [(e.start_us, e.start_us + e.dur_us) for e in events if is_comm(e.name)]
+    other = [(e.start_us, e.start_us + e.dur_us) for e in events if not is_comm(e.name)]
+    first = min((a for a, _ in comm), default=math.inf)
+    backward = [e for e in events if BACKWARD_SCOPE in e.name and not is_comm(e.name)]
+    c, o = union_length(comm), union_length(other)
+    return dict(comm_ms=c / 1e3, compute_ms=o / 1e3, overlap_ms=(c + o - union_length(comm + other)) / 1e3,
+                backward_kernels=len(backward), backward_after_first_comm=sum(e.start_us > first for e in backward))
+

@@ -214,3 +214,17 @@ def overflow_flag_allreduces(result: JobResult) -> int:
     over the ranks by one AllReduce (``nn.TrainOneStepWithLossScaleCell``), else 0."""
     steps = result.steps[min(result.steps)] if result.steps else []
     return int(any("overflow" in rec for rec in steps))
+
+
+def job_comm_overlap(profile: "JobProfile") -> dict | None:
+    """Rank 0's last profiled step's ``kernel_trace.comm_overlap`` (rank 0 compiled the graph, so its kernels keep
+    their scope names: the other ranks load its graph, named without them) and the most overlap any rank had."""
+    if 0 not in profile.ranks or not profile.ranks[0].step_events:
+        return None
+    from helpers.topics.kernel_trace import comm_overlap
+
+    out = comm_overlap(profile.ranks[0].step_events[-1])
+    out["max_overlap_ms_any_rank"] = max(comm_overlap(p.step_events[-1])["overlap_ms"]
+                                         for p in profile.ranks.values() if p.step_events)
+    return out
+

@@ -48,3 +48,6 @@ def test_04_profiling(standin, tmp_path):
     assert {"first_look_agrees_with_profiler", "first_look_verdict", "comm_wait_vs_collective"} <= set(claims)
     w = r["first_look_comm_wait"]       # the AllReduce's time: waiting for the last rank + the collective's own
     assert w["comm_s"] == pytest.approx(w["wait_s"] + w["collective_s"]) and w["collective_s"] > 0
+    # the baseline trace: AllReduces issued between backward kernels, none overlapping them on CPU
+    o = r["comm_overlap"]
+    assert o["comm_ms"] > 0 and o["backward_after_first_comm"] > 0 and "allreduce_overlap" in claims

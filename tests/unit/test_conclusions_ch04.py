@@ -308,3 +308,24 @@ def test_the_communication_share_is_split_into_waiting_and_the_collective_as_an_
     c = c["comm_wait_vs_collective"]
     assert c.holds is None and "50.0 ms" in c.text and "42.0 ms (84%) was waiting" in c.text and "8.0 ms" in c.text
     assert "comm_wait_vs_collective" not in by_id(first_look())       # recorded before the split existed
+
+
+def test_allreduce_overlap_is_stated_from_the_trace_both_ways():
+    o = dict(comm_ms=480.0, compute_ms=94.0, overlap_ms=0.0, backward_kernels=80, backward_after_first_comm=77,
+             max_overlap_ms_any_rank=0.0)
+    c = by_id(dict(ci_results(), comm_overlap=o))["allreduce_overlap"]
+    assert c.holds is None and "77 of its 80 backward kernels" in c.text and "one at a time" in c.text
+    c = by_id(dict(ci_results(), comm_overlap=dict(o, overlap_ms=240.0, backward_kernels=0)))["allreduce_overlap"]
+    assert "hid 50% of the communication" in c.text and "backward kernels" not in c.text
+    assert "allreduce_overlap" not in by_id(ci_results())
+
+
+def test_comm_overlap_counts_time_shared_by_a_collective_and_other_kernels():
+    from helpers.topics.kernel_trace import OpEvent, comm_overlap
+
+    ev = [OpEvent("Gradients/Default/Conv2DBackpropFilter-op1", 0.0, 100.0),
+          OpEvent("Default/AllReduce-op0", 50.0, 100.0),
+          OpEvent("Gradients/Default/ReluGrad-op2", 200.0, 10.0)]
+    o = comm_overlap(ev)
+    assert o["overlap_ms"] == 0.05 and o["comm_ms"] == 0.1 and o["compute_ms"] == 0.11
+    assert (o["backward_kernels"], o["backward_after_first_comm"]) == (2, 1)
