@@ -22,7 +22,7 @@ from helpers.cells import reporting
 from helpers.cells.program import MODULE_NAME, VALUES_FILE
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
-from helpers.core.errors import failure_kind
+from helpers.core.errors import failure_kind, readable_error
 from helpers.core.metrics import MetricsWriter
 from helpers.train.card_runtime import ascend_soc
 from helpers.train.worker import leave_together, setup_runtime
@@ -44,7 +44,7 @@ def failure_text(exc: BaseException, cell_file: str) -> tuple[str, str]:
     where = f" (cell line {line}: {code})" if line is not None else ""
     tb = "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames)) \
         + "".join(traceback.format_exception_only(exc))
-    return f"{type(exc).__name__}: {exc}{where}", tb
+    return readable_error(f"{type(exc).__name__}: {exc}") + where, tb
 
 
 def notebook_values(run_dir: Path) -> dict:

@@ -89,6 +89,23 @@ def failure_kind(text: str) -> str:
     return "oom" if any(m in low for m in OOM_MARKERS) else "crash"
 
 
+CPP_STACK_HEADER = "- C++ Call Stack: (For framework developers)"   # MindSpore's error texts end with this section
+
+
+def readable_error(text: str) -> str:
+    """A MindSpore error as a learner reads it: its section rules and its C++ call stack left out (the rank's log and
+    the failure record's traceback keep them)."""
+    out, in_stack = [], False
+    for line in text.splitlines():
+        if line.strip() == CPP_STACK_HEADER:
+            in_stack = True
+        elif in_stack and not line.strip():
+            in_stack = False
+        elif not in_stack and not (line.strip() and set(line.strip()) == {"-"}):
+            out.append(line)
+    return "\n".join(out).strip()
+
+
 class CourseError(Exception):
     """Base class of every error the helpers raise on purpose."""
 

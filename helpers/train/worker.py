@@ -21,7 +21,7 @@ import numpy as np
 
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
-from helpers.core.errors import failure_kind
+from helpers.core.errors import failure_kind, readable_error
 from helpers.core.metrics import MetricsWriter
 from helpers.train.card_runtime import ascend_soc, prepare_card
 from helpers.train.profiler_session import ANALYSIS_EVENT, NoProfiler, profiling_session
@@ -36,7 +36,8 @@ def recording_failures(out: MetricsWriter):
         yield out
     except BaseException as exc:
         text = "".join(traceback.format_exception(exc))
-        out.write("failure", kind=failure_kind(text), error=f"{type(exc).__name__}: {exc}", traceback=text[-4000:])
+        out.write("failure", kind=failure_kind(text), error=readable_error(f"{type(exc).__name__}: {exc}"),
+                  traceback=text[-4000:])
         raise
     finally:
         out.close()

@@ -248,3 +248,16 @@ def test_a_warning_about_memory_in_the_log_tail_does_not_make_an_oom():
     tail = f"{warning}\n" + mindspore_error("Call aclnnAdd failed, detail:EZ1001: the shapes cannot broadcast")
     assert failure_kind(tail) == "crash"
     assert failure_kind(tail.replace("[WARNING]", "[ERROR]")) == "oom"
+
+
+def test_a_ranks_error_line_leaves_out_mindsporess_rules_and_cpp_stack():
+    from helpers.core.errors import readable_error
+
+    text = ("RuntimeError: \n----------------------------------------------------\n- Memory not enough:\n"
+            "----------------------------------------------------\nMemory isn't enough and alloc failed, kernel name: "
+            "BroadcastTo-op17, alloc size: 14155776B.\n\n----------------------------------------------------\n"
+            "- C++ Call Stack: (For framework developers)\n----------------------------------------------------\n"
+            "mindspore/ccsrc/backend/graph_scheduler.cc:1168 Run\n")
+    assert readable_error(text) == ("RuntimeError: \n- Memory not enough:\nMemory isn't enough and alloc failed, "
+                                    "kernel name: BroadcastTo-op17, alloc size: 14155776B.")
+    assert failure_kind(text) == "oom" and readable_error("ValueError: x") == "ValueError: x"
