@@ -190,21 +190,25 @@ def rank_time_split(steps: dict[int, list[dict]]) -> tuple[list[int], np.ndarray
     return ranks, np.stack([p.mean(axis=1) for p in parts + [rest]], axis=1), split
 
 
+def _split_arrays(steps: dict[int, list[dict]]) -> dict[str, np.ndarray] | None:
+    """The (ranks x steps) arrays of the sampled split steps every rank recorded; None when there are none."""
+    ranks, a = _aligned(steps, "reduce_s") if len(steps) > 1 else ([], {})
+    return a if ranks and a["reduce_s"].shape[1] else None
+
+
 def step_comm_shares(steps: dict[int, list[dict]]) -> np.ndarray:
     """Per sampled split step, the ranks' mean communication share of the step: its step-to-step spread is the
     noise any comparison of the share must allow for. Empty when the job has no split steps."""
-    ranks, a = _aligned(steps, "reduce_s") if len(steps) > 1 else ([], {})
-    if not ranks or a["reduce_s"].shape[1] == 0:
-        return np.zeros(0)
-    return np.nanmean(a["reduce_s"] / a["step_s"], axis=0)
+    a = _split_arrays(steps)
+    return np.zeros(0) if a is None else np.nanmean(a["reduce_s"] / a["step_s"], axis=0)
 
 
 def comm_wait_split(steps: dict[int, list[dict]]) -> dict | None:
     """The gradient AllReduce's time per sampled step split into waiting and the collective itself: the rank that
     arrives last waits for no one, so its time is the collective's own (at most: launch and transfer); every other
     rank's excess over it is waiting for that rank. Means over the steps, seconds; None without split steps."""
-    ranks, a = _aligned(steps, "reduce_s") if len(steps) > 1 else ([], {})
-    if not ranks or a["reduce_s"].shape[1] == 0:
+    a = _split_arrays(steps)
+    if a is None:
         return None
     reduce_s = a["reduce_s"]
     own = reduce_s.min(axis=0)
