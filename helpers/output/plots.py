@@ -242,7 +242,7 @@ def throughput_bars(ax, global_batch: int, steps: dict[str, list[float]]) -> Non
 
 def rank_memory_bars(ax, peaks: dict[str, list], ready, title: str, note: str | None = None) -> None:
     """Each run's peak memory per rank side by side, the memory before the first step as a tick, whole-rank axis;
-    ``note`` (e.g. what a cap counts that the bars do not show) in the corner."""
+    ``note`` (e.g. what a cap counts that the bars do not show) under the title."""
     ranks = np.arange(len(ready))
     width = 0.8 / len(peaks)
     for i, (name, mb) in enumerate(peaks.items()):
