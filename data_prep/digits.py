@@ -12,6 +12,11 @@ Two course runs may start at once on one machine (two clones, or two users with 
 tree is built in a private temporary sibling folder, its marker file written last, and renamed into place
 in one step (``build_tree``): a reader sees the whole tree or none, the slower writer discards its copy, and
 a folder without the marker (an interrupted older write) is rebuilt.
+
+``--heavy-classes 8 9 --heavy-size 2048`` stores those classes' training images at that size instead (the same
+digit, upscaled), as progressive JPEGs without chroma subsampling: reading one then costs a large decode before
+the resize to the model's size, the way a class of big or progressive JPEGs costs more to read in real data
+(chapter 01's load-imbalance tree).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ import numpy as np
 KEEP_SLOPE = 0.06
 VAL_FRACTION = 0.2
 MARKER = "stand_in.json"
+HEAVY_FORMAT = dict(progressive=True, subsampling=0)   # a heavy class's JPEGs: progressive, full colour resolution
 
 
 def class_name(label: int) -> str:
@@ -93,9 +99,14 @@ def build_tree(out: str | Path, marker: str, settings: dict, build: Callable[[Pa
         shutil.rmtree(tmp, ignore_errors=True)   # gone after a successful rename; our copy otherwise
 
 
-def write_digits(out: str | Path, size: int = 32, seed: int = 0, force: bool = False) -> dict:
-    """Write the stand-in under ``out`` (skipped if a complete copy with the same settings is there)."""
+def write_digits(out: str | Path, size: int = 32, seed: int = 0, force: bool = False,
+                 heavy_classes: tuple[int, ...] = (), heavy_size: int | None = None) -> dict:
+    """Write the stand-in under ``out`` (skipped if a complete copy with the same settings is there); the train
+    images of ``heavy_classes`` are stored at ``heavy_size`` px."""
     settings = {"size": size, "seed": seed, "keep_slope": KEEP_SLOPE, "val_fraction": VAL_FRACTION}
+    if heavy_classes:
+        settings.update(heavy_classes=sorted(int(k) for k in heavy_classes), heavy_size=int(heavy_size or size),
+                        heavy_format=HEAVY_FORMAT)
 
     def build(tmp: Path) -> dict:
         from PIL import Image
@@ -112,10 +123,12 @@ def write_digits(out: str | Path, size: int = 32, seed: int = 0, force: bool = F
             for split, chosen in (("train", train), ("val", val)):
                 folder = tmp / split / class_name(label)
                 folder.mkdir(parents=True, exist_ok=True)
+                heavy = split == "train" and label in settings.get("heavy_classes", ())
+                side, form = (settings["heavy_size"], HEAVY_FORMAT) if heavy else (size, {})
                 for i in chosen:
                     pixels = (digits.images[i] * (255.0 / 16.0)).astype(np.uint8)
-                    img = Image.fromarray(pixels, mode="L").resize((size, size), Image.BILINEAR).convert("RGB")
-                    img.save(folder / f"{i:04d}.JPEG", quality=95)
+                    img = Image.fromarray(pixels, mode="L").resize((side, side), Image.BILINEAR).convert("RGB")
+                    img.save(folder / f"{i:04d}.JPEG", quality=95, **form)
                 counts[split][class_name(label)] = int(len(chosen))
         return {"settings": settings, "counts": counts, "source": "sklearn.datasets.load_digits"}
 
@@ -127,8 +140,11 @@ def main(argv=None):
     ap.add_argument("--out", default="data/digits")
     ap.add_argument("--size", type=int, default=32)
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--heavy-classes", type=int, nargs="*", default=[], help="classes stored large (train split)")
+    ap.add_argument("--heavy-size", type=int, default=None, help="their side in px")
     args = ap.parse_args(argv)
-    info = write_digits(args.out, args.size, force=args.force)
+    info = write_digits(args.out, args.size, force=args.force, heavy_classes=tuple(args.heavy_classes),
+                        heavy_size=args.heavy_size)
     print(json.dumps({"out": str(args.out), **info["counts"]}, indent=1))
 
 

@@ -16,17 +16,26 @@ from helpers.core.rehearsal import FAKE_IMAGENET_DIR
 from helpers.train.image_folder import IMAGE_EXTENSIONS, FolderIndex, scan_split
 
 STANDIN_DIR = "data/digits"
+HEAVY_STANDIN_DIR = "data/digits-heavy"     # chapter 01's: classes 8 and 9 cost a 2048 px decode to read
+HEAVY_CLASSES, HEAVY_SIZE = (8, 9), 2048
 IMAGENET_MEAN = [0.485 * 255, 0.456 * 255, 0.406 * 255]
 IMAGENET_STD = [0.229 * 255, 0.224 * 255, 0.225 * 255]
 
 
 def ensure_standin(data_dir: str | Path = STANDIN_DIR, size: int = 32) -> Path:
-    """Write the digits stand-in if it is not there yet (a few seconds), and return its folder."""
+    """Write the digits stand-in (the heavy-class one at ``HEAVY_STANDIN_DIR``) if it is not there yet (seconds),
+    and return its folder."""
     from data_prep.digits import write_digits
 
     path = resolve(data_dir)
-    write_digits(path, size=size)
+    heavy = dict(heavy_classes=HEAVY_CLASSES, heavy_size=HEAVY_SIZE) if path == resolve(HEAVY_STANDIN_DIR) else {}
+    write_digits(path, size=size, **heavy)
     return path
+
+
+def is_standin(data_dir: str | Path) -> bool:
+    """Whether ``data_dir`` names one of the course's own digits stand-ins (made on demand)."""
+    return any(Path(data_dir) == Path(d) or resolve(data_dir) == resolve(d) for d in (STANDIN_DIR, HEAVY_STANDIN_DIR))
 
 
 def ensure_fake_imagenet(data_dir: str | Path = FAKE_IMAGENET_DIR) -> Path:
@@ -44,7 +53,7 @@ def ensure_fake_imagenet(data_dir: str | Path = FAKE_IMAGENET_DIR) -> Path:
 def prepare_data(cfg) -> FolderIndex:
     """Before launch: make the stand-in when the config points at it, then index and check the train split
     (and val/ when ``cfg.evaluate``): layout, class lists, and every image's bytes (``check_images``)."""
-    if Path(cfg.data_dir) == Path(STANDIN_DIR) or resolve(cfg.data_dir) == resolve(STANDIN_DIR):
+    if is_standin(cfg.data_dir):
         ensure_standin(cfg.data_dir)
     elif getattr(cfg, "rehearsal", False) and resolve(cfg.data_dir) == resolve(FAKE_IMAGENET_DIR):
         ensure_fake_imagenet(cfg.data_dir)

@@ -83,3 +83,18 @@ def test_a_complete_standin_is_found_without_importing_scikit_learn(standin):
             "print('sklearn' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=standin.parents[1])
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_heavy_classes_are_stored_large_in_train_only(tmp_path):
+    from PIL import Image
+
+    from data_prep.class_costs import class_costs
+
+    info = write_digits(tmp_path / "h", heavy_classes=(9,), heavy_size=256)
+    assert info["settings"]["heavy_classes"] == [9] and info["settings"]["heavy_size"] == 256
+    sides = {p.parent.name: Image.open(p).size for p in sorted((tmp_path / "h" / "train").glob("*/*.JPEG"))}
+    assert sides["digit_9"] == (256, 256) and sides["digit_0"] == (32, 32)
+    assert {Image.open(p).size for p in (tmp_path / "h" / "val" / "digit_9").glob("*.JPEG")} == {(32, 32)}
+    report = class_costs(tmp_path / "h", sample=5, size=32, stem="small", repeat=3)
+    cost = {c["name"]: c["decode_resize_s"] for c in report["classes"]}
+    assert cost["digit_9"] > 3 * max(v for k, v in cost.items() if k != "digit_9"), cost
