@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import os
 import time
 from dataclasses import dataclass
 
@@ -19,7 +20,7 @@ from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_cur
 from helpers.output.tables import show_md, show_table
 from helpers.topics import seed_repeats, seen_classes, shard_stats
 from helpers.topics.class_load import class_load_md, class_load_rows, every_nth, measure_class_load
-from helpers.train.data import prepare_data
+from helpers.train.data import HEAVY_STANDIN_DIR, STANDIN_DIR, prepare_data
 from helpers.train.sampler import SHARD_KINDS, shard_indices
 from helpers.train.stratified_split import stratified_shards
 
@@ -31,8 +32,10 @@ SAMPLER_CLASS, SAMPLER_FILE = "StratifiedSampler", "stratified_sampler.py"   # t
 # Chapter 01's training length where it differs from the preset's: 4 splits x 5 seeds x 16 steps is one job of
 # 320 steps. At 20 or 30 steps, constant or cosine lr, the seed-to-seed spread exceeds the stratified-vs-shuffle
 # gap (benchmarks/results/ch01_seeds.json), so the length is set by time, not by a separation it cannot buy: 20
-# steps took 8.7 min alone on 2 cores (the job 514 s of 519 s), 16 keep the chapter within its 8.
-CHAPTER_LENGTH = {"cpu": dict(steps=16)}
+# steps took 8.7 min alone on 2 cores (the job 514 s of 519 s), 16 keep the chapter within its 8. Each split
+# trains its steps in one round: a split resumed in a later round finds batches its pipeline read ahead while the
+# others trained, which hides a rank that reads slowly (helpers.train.phases starts each pipeline with its steps).
+CHAPTER_LENGTH = {"ci": dict(phase_rounds=1), "cpu": dict(steps=16, phase_rounds=1)}
 _STARTED: list[float] = []     # when prepare() ran: the chapter's own wall time
 REPEAT_FIGURES = {"accuracy": "held-out accuracy", "final_loss": "last loss (ranks' mean, each on its own batch)",
                   "accuracy_batch_stats": "held-out accuracy with BatchNorm on batch statistics (diagnostic)"}
@@ -49,6 +52,8 @@ def prepare(preset: str, rehearse: bool, **overrides):
     length = {} if rehearse else CHAPTER_LENGTH.get(preset, {})
     given = {k: v for k, v in overrides.items() if v is not None}
     base = job_config(preset, rehearse=rehearse, chapter="01", evaluate=True, **{**length, **given})
+    if "data_dir" not in given and base.data_dir == STANDIN_DIR:
+        base = base.replace(data_dir=HEAVY_STANDIN_DIR)     # the stand-in whose classes cost unequal reading
     index = prepare_data(base)
     show_table(config_table(base), ["setting", "value"])
     show_table(list(zip(index.classes, index.counts.tolist())), ["class (folder)", "train images"])
@@ -154,8 +159,11 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     show_table(rows, ["strategy", "steps after the first (slowest rank)", "evaluation (slowest rank)",
                       f"held-out accuracy (seed {seeds[0]})"])
     values = seed_repeats.by_seed_values(by_seed)
+    stragglers = {k: [by_seed[x][k].straggler.as_dict() for x in seeds] for k in STRATEGIES}
+    steady = {k: [steady_step_s(by_seed[x][k].metric("step_s"), skip=1, ranks="mean") for x in seeds]
+              for k in STRATEGIES}
     return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
-                         job_s=time.monotonic() - t0)
+                         job_s=time.monotonic() - t0, straggler=stragglers, steady_step_s=steady)
 
 
 def phase_seconds(result) -> tuple[float, float]:
@@ -368,7 +376,9 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
                    accuracy={k: float(np.mean(v)) for k, v in repeats["accuracy"].items()},
                    final_loss_by_seed=repeats["final_loss"], accuracy_summary=seed_repeats.summary(repeats["accuracy"]),
                    final_loss_summary=seed_repeats.summary(repeats["final_loss"]), job_s=repeats["job_s"],
-                   lr_schedule=base.lr_schedule, chapter_s=elapsed_s())
+                   lr_schedule=base.lr_schedule, chapter_s=elapsed_s(), straggler_by_seed=repeats.get("straggler"),
+                   steady_step_s_by_seed=repeats.get("steady_step_s"),
+                   cores=os.cpu_count(), world_size=base.world_size)
         if "accuracy_batch_stats" in repeats:
             out["accuracy_batch_stats_by_seed"] = repeats["accuracy_batch_stats"]
     return out

@@ -311,3 +311,42 @@ def test_ch01_with_seeds_judges_accuracy_over_them_not_one_run():
     assert claims["shuffle_false_chance"].holds is True and claims["stratified_vs_shuffle"].holds is True
     assert "5 seeds ran as phases of one job" in claims["phases_same_start"].text
     assert "7.0 min" in claims["chapter_time"].text and claims["chapter_time"].holds is None
+
+
+def heavy_load(contiguous_rank=7):
+    """class_load with the contiguous split predicted uneven (its rank 7 reads 7.9x the mean), the others even."""
+    shards = dict(zip(KINDS, (7.9, 1.0, 1.8, 1.2)))
+    return {"sample": 10, "cost_ratio": 560.0,
+            "predicted": {k: {"shard_max_over_mean": v, "step_max_over_mean": v,
+                              "slowest_rank": contiguous_rank if k == "contiguous" else 0} for k, v in shards.items()}}
+
+
+def test_ch01_time_verdict_against_the_predicted_heavy_rank_over_seeds():
+    none = {k: [verdict(), verdict()] for k in KINDS}
+    r = dict(ch01(), class_load=heavy_load(), straggler_by_seed={**none, "contiguous": [verdict(rank=7)] * 2})
+    c = by_id(chapter01_claims(r))["time_verdict"]
+    assert c.holds is True and "rank 7 held the others back for data on 2 of 2 seeds (210 ms per step, 30%" in c.text
+    assert "under the stratified split no rank did" in c.text
+    one_seed = dict(r, straggler_by_seed={**none, "contiguous": [verdict(rank=7), verdict()]})
+    assert by_id(chapter01_claims(one_seed))["time_verdict"].holds is False
+    wrong_rank = dict(r, straggler_by_seed={**none, "contiguous": [verdict(rank=3)] * 2})
+    c = by_id(chapter01_claims(wrong_rank))["time_verdict"]
+    assert c.holds is False and "predicted rank 7" in c.text and "contiguous: rank 3 on vm held" in c.text
+    stratified_slow = dict(r, straggler_by_seed={**none, "contiguous": [verdict(rank=7)] * 2,
+                                                 "stratified": [verdict(rank=2), verdict()]})
+    assert by_id(chapter01_claims(stratified_slow))["time_verdict"].holds is False
+    even = dict(r, class_load=heavy_load() | {"predicted": {k: {"shard_max_over_mean": 1.1, "step_max_over_mean": 1.1,
+                                                                "slowest_rank": 0} for k in KINDS}})
+    assert by_id(chapter01_claims(even))["time_verdict"].holds is False, "a straggler where none was predicted"
+
+
+def test_ch01_step_time_over_seeds_says_whether_the_cores_are_shared():
+    base = dict(ch01(), cores=2, world_size=8)
+    same = by_id(chapter01_claims(dict(base, steady_step_s_by_seed={"contiguous": [0.50, 0.56],
+                                                                    "stratified": [0.49, 0.55]})))["step_time"]
+    assert "0.53 s under the contiguous split and 0.52 s" in same.text and "not apart beyond" in same.text
+    assert "8 ranks share 2 cores" in same.text
+    apart = by_id(chapter01_claims(dict(base, cores=16, steady_step_s_by_seed={"contiguous": [0.80, 0.82],
+                                                                               "stratified": [0.50, 0.52]})))
+    assert "stratified is shorter beyond the seed-to-seed range" in apart["step_time"].text
+    assert "share" not in apart["step_time"].text.split("range")[-1]
