@@ -21,6 +21,7 @@ from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indic
                                        predicted_buckets)
 from helpers.topics.first_look import EVERY_STEP, FirstLook, first_look_values, plot_first_look, read_first_look
 from helpers.topics.merged_trace import write_merged_trace
+from helpers.topics.overlap_on_cards import show_overlap_calculation
 from helpers.topics.profiling import JobProfile, job_comm_overlap, job_step_s, overhead_ratio, read_job_profile
 from helpers.train.models import build_model
 
@@ -233,6 +234,7 @@ class Sweep:
 
     jobs: dict[str, ProfiledJob]
     rows: list[dict] = field(default_factory=list)
+    on_cards: dict = field(default_factory=dict)      # what overlap would save on cards: a calculation, not measured
 
     @property
     def fused(self) -> ProfiledJob:
@@ -240,7 +242,7 @@ class Sweep:
 
 
 def fusion_sweep(ch: Chapter, baseline: ProfiledJob) -> Sweep:
-    """Runs every fused job of the plan; shows calls, call size, step time and communication share per setting."""
+    """Runs the plan's fused jobs; shows calls, call size, step time, comm share, then overlap on cards (calculated)."""
     jobs = {UNFUSED: baseline}
     for label, (name, fusion) in fusion_settings(ch.plan, ch.param_bytes).items():
         jobs[label] = ch.run_profiled(name, comm_fusion=fusion)
@@ -251,6 +253,7 @@ def fusion_sweep(ch: Chapter, baseline: ProfiledJob) -> Sweep:
     if off:     # CPU: the bytes the profile measured are not the model's gradients
         show_md(f"**Check failed:** the AllReduce bytes measured for {', '.join(off)} differ from the model's "
                 f"{sum(ch.param_bytes) / 2**20:.2f} MiB of gradients by more than 1 %.")
+    sweep.on_cards = show_overlap_calculation()       # gpu8's ResNet-50 buckets at published bandwidths
     return sweep
 
 
@@ -401,7 +404,7 @@ def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep
         comm_share={"baseline": bp.comm_share, "fused": fp.comm_share}, comm_overlap=job_comm_overlap(bp),
         comm_share_per_step={"baseline": step_shares(bp), "fused": step_shares(fp)},
         comm_share_without_profiler=cross.share_without_profiler, no_reduce_step_time_s=cross.t_alone,
-        profiler_overhead_ratio=cross.overhead, fusion_sweep=sweep.rows,
+        profiler_overhead_ratio=cross.overhead, fusion_sweep=sweep.rows, overlap_on_cards=sweep.on_cards,
         cell_comm_fusion_allreduce_per_step=ids["ids_only"].profile.allreduce_per_step,
         cell_ids_with_fusion_allreduce_per_step=with_fusion.profile.allreduce_per_step if with_fusion else None,
         amp_step_time_s=amp.step_s, amp_relative=amp.relative,

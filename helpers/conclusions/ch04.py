@@ -3,7 +3,8 @@
 ``build(r)`` takes that dict and returns the claims: fusion's effect on AllReduce calls, communication share
 and step time; what ``Cell.set_comm_fusion`` alone does; the blog's ``mindspore.ops.comm_fusion``; the ``Cast``
 kernels AMP adds and the kernels O3 leaves separate (no verdict when none of the kernels compared was counted);
-and, as observations (expect nothing, asserted nowhere), the AMP levels' speed, the profiler's overhead, the
+what overlapping the AllReduce with backward would save on cards (a calculation from published figures); and, as
+observations (expect nothing, asserted nowhere), the AMP levels' speed, the profiler's overhead, the
 reduction's cost without a profiler and the before/after. Step times are ranked only beyond the jobs' own
 step-to-step noise (``helpers.conclusions.step_noise``; within it fusion's share and step claims give no
 verdict), and each such sentence says it is one run. ``mindspore_facts()`` reads, from the installed
@@ -237,6 +238,23 @@ def overlap_claims(r: dict) -> list[Claim]:
                   comm=o["comm_ms"], mx=o["max_overlap_ms_any_rank"], pct=o["overlap_ms"] / o["comm_ms"])]
 
 
+def on_cards_claims(r: dict) -> list[Claim]:
+    """What overlapping the AllReduce with backward would save on cards for gpu8's ResNet-50: a calculation from
+    published figures (``topics.overlap_on_cards``), expected to save some but not all of the communication."""
+    c = r.get("overlap_on_cards")
+    if not c or not c.get("pairs"):
+        return []
+    pairs = c["pairs"]
+    ok = all(0 < p["saving_ms"] < p["comm_ms"] for p in pairs.values())
+    each = "; ".join(f"{k} {p['saving_ms']:.1f} of {p['comm_ms']:.1f} ms "
+                     f"({p['saving_share']:.0%} of the step without it)" for k, p in pairs.items())
+    head = "Calculated from published bandwidths, not measured: at gpu8's {n} ResNet-50 buckets, overlap would save "
+    return [claim("overlap_saving_on_cards", ok,
+                  head + "{each}; the last bucket, ready only when backward ends, stays exposed.",
+                  head + "{each}: not between nothing and all of the communication, as a bucket timeline must be.",
+                  n=len(c["bucket_mib"]), each=each, **{f"{k}_saving_ms": p["saving_ms"] for k, p in pairs.items()})]
+
+
 def _comm_wait_claims(w: dict | None) -> list[Claim]:
     """What the communication share is made of: waiting for the last rank against the collective's own time."""
     if not w or w["comm_s"] <= 0:
@@ -252,7 +270,7 @@ def _comm_wait_claims(w: dict | None) -> list[Claim]:
 def build(r: dict) -> list[Claim]:
     """Every claim of chapter 04 from its recorded values ``r`` (the keys the notebook passes to ``record_results``)."""
     return (first_look_claims(r) + overlap_claims(r) + fusion_claims(r) + comm_fusion_api_claims(r) + amp_claims(r)
-            + measurement_claims(r))
+            + on_cards_claims(r) + measurement_claims(r))
 
 
 def mindspore_facts() -> dict:

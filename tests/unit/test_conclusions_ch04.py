@@ -320,6 +320,20 @@ def test_allreduce_overlap_is_stated_from_the_trace_both_ways():
     assert "allreduce_overlap" not in by_id(ci_results())
 
 
+def test_overlap_saving_on_cards_holds_only_between_nothing_and_all_of_the_communication():
+    pair = dict(comm_ms=1.62, exposed_ms=0.21, saving_ms=1.41, backward_ms=34.5, step_ms=51.8, saving_share=0.026)
+    calc = dict(bucket_mib=[20.8, 17.0, 16.0, 16.3, 16.0, 11.3], pairs={"NCCL": pair, "HCCL": dict(pair, saving_ms=9.4,
+                                                                                            comm_ms=11.1)})
+    c = by_id(dict(ci_results(), overlap_on_cards=calc))["overlap_saving_on_cards"]
+    assert c.holds is True and "not measured" in c.text and "6 ResNet-50 buckets" in c.text
+    assert "NCCL 1.4 of 1.6 ms (3% of the step without it)" in c.text and "HCCL 9.4 of 11.1 ms" in c.text
+    none = dict(calc, pairs={"NCCL": dict(pair, saving_ms=0.0)})          # one bucket: nothing to overlap
+    assert by_id(dict(ci_results(), overlap_on_cards=none))["overlap_saving_on_cards"].holds is False
+    every = dict(calc, pairs={"NCCL": dict(pair, saving_ms=1.62)})        # nothing left exposed: impossible
+    assert by_id(dict(ci_results(), overlap_on_cards=every))["overlap_saving_on_cards"].holds is False
+    assert "overlap_saving_on_cards" not in by_id(ci_results())          # recorded before the calculation existed
+
+
 def test_comm_overlap_counts_time_shared_by_a_collective_and_other_kernels():
     from helpers.topics.kernel_trace import OpEvent, comm_overlap
 
