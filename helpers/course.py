@@ -1,15 +1,15 @@
-"""Run the whole course headless: every notebook in order with papermill, then HTML handouts and an index.
+"""Run the whole course headless: every notebook in order with papermill, then HTML handouts, an index and a website.
 
     python -m helpers.course run [--preset ci|cpu|gpu8] [--rehearse] [--out runs/course] [--only 00 01]
         [--device-target CPU|GPU|Ascend] [--data-dir DIR] [--world-size N] [--global-batch N] [--arch A] [--steps N]
         [--launcher local|slurm] [--slurm JSON]
+    python -m helpers.course site [--preset ci|cpu|gpu8] [--out runs/course] [--run DIR]     (the website, again)
 
-``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.core.rehearsal``),
-standing for the card ``--device-target`` names; ``--launcher``/``--slurm`` reach every job (``COURSE_LAUNCHER``,
-``COURSE_SLURM``); each other option goes to every notebook that declares it. The notebooks are the code checkout's
-(``helpers.core.paths.notebooks_dir``), whatever ``$COURSE_HOME`` says. Under ``<out>/<preset>[-<target>][-rehearsal]``:
-executed notebooks ``<stem>.ipynb``, HTML copies ``<stem>.html``, results ``results/<stem>.json``, ``index.html``
-linking them all with timings, ``summary.json``. A failing chapter is kept (up to the error) and the run goes on.
+``--rehearse`` (gpu8 only) runs every chapter's gpu8 code paths on CPU at a small size (``helpers.core.rehearsal``)
+for the card ``--device-target`` names; ``--launcher``/``--slurm`` (``COURSE_LAUNCHER``, ``COURSE_SLURM``) reach every
+job; each other option goes to every notebook that declares it. The notebooks are the code checkout's, whatever
+``$COURSE_HOME`` says. Under ``<out>/<preset>[-<target>][-rehearsal]``: executed ``<stem>.ipynb``, ``<stem>.html``,
+``results/<stem>.json``, ``index.html``, ``summary.json``, ``site/`` (the website). A failed chapter stops no other.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from helpers.core.config import ARCH_NAMES, DEVICE_TARGETS
 from helpers.core.errors import CourseError, DataError
 from helpers.core.paths import notebooks_dir, resolve
 from helpers.core.slurm_settings import LAUNCHER_ENV, LAUNCHERS, SLURM_ENV, launcher_defaults
+from helpers.output.site import build_site, claims_line
 
 log = logging.getLogger("helpers.course")
 CHAPTER_PATTERN = "[0-9][0-9]_*.ipynb"
@@ -142,27 +143,45 @@ def run_chapter(path: Path, preset: str, out: Path, extra: dict | None = None) -
                       round(host.peak_mb, 1))
 
 
-def write_index(runs: list[ChapterRun], out: Path, preset: str, extra: dict | None = None) -> Path:
-    """Write ``index.html`` (the options; per chapter: status, time, results) and ``summary.json``; returns the page."""
+def write_index(runs: list[ChapterRun], out: Path, preset: str, extra: dict | None = None,
+                site: Path | None = None) -> Path:
+    """Write ``index.html`` (the options; per chapter: status, time, memory, a link to its results JSON; the
+    website when built) and ``summary.json``; returns the page."""
     rows = []
     for r in runs:
-        status = "✅" if r.ok else f"❌ {html.escape(r.error)}"
-        res = html.escape(json.dumps(r.results, indent=1)) if r.results else "(no results recorded)"
+        status = '<b class="ok">✓ ok</b>' if r.ok else f'<b class="failed">✗ failed</b>: {html.escape(r.error)}'
+        res = (f'<a href="results/{r.stem}.json">results/{r.stem}.json</a>{html.escape(claims_line(r.results))}'
+               if r.results else "(no results recorded)")
         link = f'<a href="{Path(r.html).name}">{r.stem}</a>' if r.html else r.stem
         rows.append(f"<tr><td>{link}</td><td>{status}</td><td>{r.seconds:.0f} s</td><td>{r.peak_host_mb:.0f} MB</td>"
-                    f"<td><pre>{res}</pre></td></tr>")
+                    f"<td>{res}</td></tr>")
+    website = (f'<p>The course as a website: <a href="{site.relative_to(out).as_posix()}">'
+               f'{site.relative_to(out).as_posix()}</a></p>' if site else "")
     page = f"""<!doctype html><meta charset="utf-8"><title>Distributed ResNet with MindSpore: course run</title>
 <style>body{{font-family:sans-serif;margin:2em}} td,th{{border:1px solid #ccc;padding:.4em;vertical-align:top}}
-table{{border-collapse:collapse}} pre{{margin:0;font-size:80%}}</style>
+table{{border-collapse:collapse}} .ok{{color:#1a7f37}} .failed{{color:#cf222e}}</style>
 <h1>Course run, preset <code>{preset}</code></h1>
 <p>{html.escape(run_label(preset, extra))}</p>
 <p>{time.strftime('%Y-%m-%d %H:%M')} on {os.cpu_count()} cores; total {sum(r.seconds for r in runs):.0f} s.</p>
+{website}
 <table><tr><th>chapter</th><th>status</th><th>time</th><th>peak host memory</th><th>recorded results</th></tr>
 {''.join(rows)}</table>"""
     index = out / "index.html"
     index.write_text(page, encoding="utf-8")
     (out / "summary.json").write_text(json.dumps([asdict(r) for r in runs], indent=2))
     return index
+
+
+def write_site(run_dir: Path) -> Path | None:
+    """Build the course website of a run (``helpers.output.site``); None, with the reason logged, when it cannot."""
+    try:
+        built = build_site(run_dir)
+    except Exception as exc:  # noqa: BLE001 - the executed notebooks and the index page stand without it
+        log.warning("the course website was not built: %s: %s", type(exc).__name__, exc)
+        return None
+    for line in built.warnings + [f"link dropped: {d}" for d in built.dropped]:
+        log.warning("site: %s", line)
+    return built.index
 
 
 def run_label(preset: str, extra: dict | None) -> str:
@@ -201,8 +220,11 @@ def run_course(preset: str = "cpu", out: str | Path = "runs/course", only: list[
         runs.append(run)
         print(f"[{i}/{len(chapters)}] {path.name}: {'ok' if run.ok else 'FAILED: ' + run.error} "
               f"in {run.seconds:.0f} s, peak host memory {run.peak_host_mb:.0f} MB -> {run.html}", flush=True)
-    index = write_index(runs, out, preset, extra)
-    print(f"\nExecuted notebooks, HTML copies and results: {out}\nIndex page: {index}", flush=True)
+    write_index(runs, out, preset, extra)           # summary.json first: the website's run page reads it
+    site = write_site(out) if any(Path(r.notebook).is_file() for r in runs) else None
+    index = write_index(runs, out, preset, extra, site)
+    print(f"\nExecuted notebooks, HTML copies and results: {out}\nIndex page: {index}"
+          + (f"\nThe course as a website: {site}" if site else ""), flush=True)
     return runs
 
 
@@ -234,7 +256,22 @@ def parser() -> argparse.ArgumentParser:
                      help="what starts each job's ranks: local msrun (default) or a Slurm cluster (sbatch)")
     run.add_argument("--slurm", default=None, metavar="JSON",
                      help='Slurm settings, e.g. \'{"nodes": 2, "partition": "gpu", "gres": "gpu:4"}\'')
+    site = sub.add_parser("site", help="build the course website from a course run's executed notebooks")
+    site.add_argument("--preset", default="cpu", choices=["ci", "cpu", "gpu8"], help="the run under <out>/<preset>")
+    site.add_argument("--out", default="runs/course")
+    site.add_argument("--run", default=None, metavar="DIR", type=_absolute,
+                      help="the course run's folder itself (e.g. runs/course/gpu8-Ascend-rehearsal)")
     return ap
+
+
+def site_main(args) -> int:
+    """``site``: build the website of one course run, print where it is and what Sphinx warned about."""
+    run_dir = Path(args.run) if args.run else resolve(args.out) / args.preset
+    built = build_site(run_dir)
+    for line in built.warnings + [f"link dropped: {d}" for d in built.dropped]:
+        print(f"    {line}")
+    print(f"The course as a website ({len(built.chapters)} chapters, {built.seconds:.0f} s): {built.index}")
+    return 0
 
 
 def use_launcher(launcher: str | None, slurm: str | None) -> None:
@@ -247,16 +284,19 @@ def use_launcher(launcher: str | None, slurm: str | None) -> None:
 
 
 def main(argv=None) -> int:
-    """The command line: ``run`` the course; returns 0 only if every chapter ran (2: nothing could start)."""
+    """The command line: ``run`` the course (0 only if every chapter ran; 2: nothing could start) or build its
+    ``site`` (2: no executed notebook there)."""
     args = parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="    %(message)s", stream=sys.stdout)
     logging.getLogger("papermill").setLevel(logging.INFO)
     try:
+        if args.cmd == "site":
+            return site_main(args)
         use_launcher(args.launcher, args.slurm)
         runs = run_course(args.preset, args.out, args.only, args.rehearse,
                           {name: getattr(args, name) for name, _ in OVERRIDES})
     except CourseError as e:
-        print(f"python -m helpers.course run: {e}", file=sys.stderr)
+        print(f"python -m helpers.course {args.cmd}: {e}", file=sys.stderr)
         return 2
     return 0 if runs and all(r.ok for r in runs) else 1
 

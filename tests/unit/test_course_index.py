@@ -1,5 +1,5 @@
-"""The course runner's index page: one row per chapter linking its HTML handout, with status, time and
-the recorded results, and a failed chapter shown as failed (no notebook is executed here)."""
+"""The course runner's index page: one row per chapter linking its HTML handout, with status, time and a link to
+its recorded results, the website when built, and a failed chapter shown as failed (no notebook is executed here)."""
 
 import json
 
@@ -8,15 +8,23 @@ from helpers.course import ChapterRun, write_index
 
 def test_index_links_every_handout_with_its_results_and_failures(tmp_path):
     runs = [ChapterRun("00_environment_setup", True, 91.0, str(tmp_path / "00.ipynb"),
-                       str(tmp_path / "00_environment_setup.html"), {"weights_identical": True}),
+                       str(tmp_path / "00_environment_setup.html"),
+                       {"weights_identical": True, "claims": [{"holds": True}, {"holds": None}]}),
             ChapterRun("01_load_imbalance", False, 12.0, "", "", {}, "PapermillExecutionError: cell 7 <boom>")]
     page = write_index(runs, tmp_path, "ci").read_text(encoding="utf-8")
-    assert '<a href="00_environment_setup.html">00_environment_setup</a>' in page
-    assert "&quot;weights_identical&quot;: true" in page and "91 s" in page
-    assert "❌ PapermillExecutionError: cell 7 &lt;boom&gt;" in page and "(no results recorded)" in page
+    assert '<a href="00_environment_setup.html">00_environment_setup</a>' in page and "91 s" in page
+    # the results are a link, not the JSON dumped in the table; the status is a word a browser can always draw
+    assert ('<a href="results/00_environment_setup.json">results/00_environment_setup.json</a> (2 claims: 1 held)'
+            in page)
+    assert "weights_identical" not in page
+    assert '<b class="ok">✓ ok</b>' in page and "✅" not in page
+    assert '<b class="failed">✗ failed</b>: PapermillExecutionError: cell 7 &lt;boom&gt;' in page
+    assert "(no results recorded)" in page and "website" not in page
     assert "preset <code>ci</code>" in page and "total 103 s" in page
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [r["stem"] for r in summary] == ["00_environment_setup", "01_load_imbalance"]
+    with_site = write_index(runs, tmp_path, "ci", site=tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    assert 'The course as a website: <a href="site/index.html">site/index.html</a>' in with_site
 
 
 def test_index_names_the_options_and_summary_keeps_each_chapters_parameters(tmp_path):

@@ -21,7 +21,7 @@ ALLOWED = {
     "conclusions": {"core", "output", "topics"},
     "chapters": {"core", "output", "train", "job", "preflight", "topics", "conclusions", "cells"},
     "exercises": {"core", "train", "job", "topics"},
-    "course": {"core"},
+    "course": {"core", "output"},
     "cells": {"core", "train", "job"},
 }
 MAX_MODULE_LINES = 420
