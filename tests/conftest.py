@@ -1,8 +1,11 @@
 """Shared fixtures: the tiny real dataset is built once per session; jobs write under tmp_path."""
 
 import os
+from pathlib import Path
 
 import pytest
+
+from tests.notebooks.chapter_run import BASETEMP, CHAPTER_TESTS, finished_marker
 
 os.environ.setdefault("COURSE_PROGRESS", "text")   # no widget front end under pytest
 os.environ.setdefault("GLOG_v", "3")
@@ -34,3 +37,30 @@ def ci_config(standin):
     from helpers.core.config import job_config
 
     return job_config("ci", name="test", chapter="tests")
+
+
+@pytest.hookimpl(trylast=True)            # after -m/-k have deselected
+def pytest_collection_modifyitems(config, items):
+    """Remember which chapter tests run in this session, and put the tests that read their executed notebooks
+    (the ``executed_course`` fixture: the website test) last, so that they find them (tests/README.md)."""
+    config.stash[CHAPTER_TESTS] = [i.nodeid for i in items if Path(i.path).match("tests/notebooks/test_ch*.py")]
+    readers = [i for i in items if "executed_course" in getattr(i, "fixturenames", ())]
+    items[:] = [i for i in items if i not in readers] + readers
+
+
+@pytest.fixture(scope="session", autouse=True)
+def session_basetemp(request, tmp_path_factory):
+    """This process's pytest temp folder, kept for the hook below."""
+    request.config.stash[BASETEMP] = tmp_path_factory.getbasetemp()
+    return request.config.stash[BASETEMP]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """A chapter test that ended, however, leaves a marker: the website test waits for these, not for a guess."""
+    yield
+    basetemp = item.config.stash.get(BASETEMP, None)
+    if basetemp is not None and item.nodeid in item.config.stash.get(CHAPTER_TESTS, []):
+        marker = finished_marker(basetemp, item.nodeid)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()

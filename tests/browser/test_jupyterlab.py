@@ -31,46 +31,18 @@ import psutil
 import pytest
 
 from helpers.job.processes import kill_processes_with_env, processes_with_env
+from tests.browser.chromium import launch
 
 pytestmark = [pytest.mark.browser, pytest.mark.xdist_group("browser")]   # one JupyterLab server
 
 REPO = Path(__file__).resolve().parents[2]
 NOTEBOOK = REPO / "notebooks" / "00_environment_setup.ipynb"
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 MARKER_ENV = "COURSE_BROWSER_TEST"
 RUN_TIMEOUT_S = 600        # the ci notebook takes 1.5-3 min on a loaded 2-core machine
 START_TIMEOUT_S = 120
 
 
-# ---------------------------------------------------------------- prerequisites
-def ensure_chromium() -> str | None:
-    """Path of Debian's chromium, installing it with apt-get when missing and root; None if impossible."""
-    if Path(CHROMIUM).exists():
-        return CHROMIUM
-    if os.geteuid() != 0 or not shutil.which("apt-get"):
-        return None
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-    for cmd in (["apt-get", "update", "-qq"], ["apt-get", "install", "-y", "-qq", "chromium"]):
-        try:
-            subprocess.run(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=900,
-                           check=False)
-        except (OSError, subprocess.TimeoutExpired):
-            return None
-    return CHROMIUM if Path(CHROMIUM).exists() else None
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    pytest.importorskip("playwright.sync_api", reason="playwright (pip) is not installed")
-    path = ensure_chromium()
-    if path is None:
-        pytest.skip(f"{CHROMIUM} is missing and cannot be installed here (needs root and apt-get: "
-                    "`apt-get install -y chromium`; .ci/run does this)")
-    return path
-
-
+# ---------------------------------------------------------------- prerequisites (chromium: conftest.py)
 def free_port() -> int:
     import socket
 
@@ -302,12 +274,7 @@ def test_chapter00_runs_in_jupyterlab(chromium, standin, tmp_path):
     try:
         lab.wait_ready()
         with sync_playwright() as pw:
-            # Chromium's own config/cache/crash folders in tmp_path too, not in the user's home.
-            browser_env = dict(os.environ, HOME=str(tmp_path / "browser-home"),
-                               XDG_CONFIG_HOME=str(tmp_path / "browser-home" / ".config"),
-                               XDG_CACHE_HOME=str(tmp_path / "browser-home" / ".cache"))
-            browser = pw.chromium.launch(executable_path=chromium, headless=True, args=CHROMIUM_ARGS,
-                                         env=browser_env)
+            browser = launch(pw, chromium, tmp_path / "browser-home")   # its own folders in tmp_path too
             try:
                 page = browser.new_page(viewport={"width": 1400, "height": 1000})
                 page.goto(f"{lab.url}/lab/tree/{nb_path.name}?token={lab.token}", timeout=120_000)

@@ -1,13 +1,20 @@
 """Runs one chapter notebook with papermill (preset ci) and checks what every chapter owes: figures, results, claims."""
 
 import json
+import os
+import re
+import shutil
 from pathlib import Path
+
+import pytest
 
 from helpers.course import run_chapter, warning_lines
 from helpers.output.prose import notebook_prose
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 MIN_CLAIMS = 4
+CHAPTER_TESTS = pytest.StashKey[list]()    # node ids of this session's chapter tests (tests/conftest.py)
+BASETEMP = pytest.StashKey[Path]()         # this process's pytest temp folder (tests/conftest.py)
 PROSE_WORDS = 1500    # a chapter of the best tutorials, generated text included (helpers.output.prose)
 
 
@@ -23,8 +30,32 @@ def output_text(ipynb: Path) -> str:
     return "".join(parts)
 
 
+def handoff_dir(basetemp: Path) -> Path:
+    """Where this session's chapter tests leave their executed notebooks for the website test
+    (tests/browser/test_site.py): one folder for every xdist worker of the session, in pytest's own temp root."""
+    root = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
+    return root / "executed-ci"
+
+
+def finished_marker(basetemp: Path, nodeid: str) -> Path:
+    """The file that says a chapter test of this session ended (passed, failed, errored or skipped)."""
+    return handoff_dir(basetemp) / "finished" / re.sub(r"[^\w.-]", "_", nodeid)
+
+
+def hand_off(run, tmp_path: Path) -> None:
+    """A chapter that ran to its end: its executed notebook and results, for the website test."""
+    folder = handoff_dir(tmp_path.parent)           # tmp_path is <basetemp>/<test name>N
+    (folder / "results").mkdir(parents=True, exist_ok=True)
+    shutil.copy2(run.notebook, folder / Path(run.notebook).name)
+    results = tmp_path / "results" / f"{Path(run.notebook).stem}.json"
+    if results.is_file():
+        shutil.copy2(results, folder / "results" / results.name)
+
+
 def execute(stem: str, tmp_path: Path) -> dict:
     run = run_chapter(NOTEBOOKS / f"{stem}.ipynb", "ci", tmp_path)
+    if run.ok:
+        hand_off(run, tmp_path)
     assert run.ok, f"{stem} failed: {run.error} (executed notebook: {run.notebook})"
     assert not warning_lines(run.notebook), f"warnings reach the reader: {warning_lines(run.notebook)}"
     prose = notebook_prose(run.notebook)
