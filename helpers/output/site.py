@@ -275,13 +275,15 @@ def build_site(run_dir: str | Path, out: str | Path | None = None, repo: str | P
     work = run_dir / ".site"
     chapters, dropped = write_sources(run_dir, work / "src", repo)
     from sphinx.application import Sphinx  # after the checks: a run with no notebook fails without it
+    from sphinx.util.docutils import docutils_namespace, patch_docutils
 
     for stale in ("html", "jupyter_execute"):   # myst-nb writes its images to <outdir>/../jupyter_execute
         shutil.rmtree(work / stale, ignore_errors=True)
     warnings = io.StringIO()
-    app = Sphinx(str(work / "src"), str(work / "src"), str(work / "html"), str(work / "doctrees"), "html",
-                 status=None, warning=warnings, freshenv=True, keep_going=True)
-    app.build(force_all=True)
+    with patch_docutils(str(work / "src")), docutils_namespace():   # as sphinx-build: a second build is clean
+        app = Sphinx(str(work / "src"), str(work / "src"), str(work / "html"), str(work / "doctrees"), "html",
+                     status=None, warning=warnings, freshenv=True, keep_going=True)
+        app.build(force_all=True)
     if out.exists():
         shutil.rmtree(out)
     shutil.move(work / "html", out)

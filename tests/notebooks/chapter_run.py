@@ -32,7 +32,7 @@ def output_text(ipynb: Path) -> str:
 
 def handoff_dir(basetemp: Path) -> Path:
     """Where this session's chapter tests leave their executed notebooks for the website test
-    (tests/browser/test_site.py): one folder for every xdist worker of the session, in pytest's own temp root."""
+    (tests/browser/test_website.py): one folder for every xdist worker of the session, in pytest's own temp root."""
     root = basetemp.parent if os.environ.get("PYTEST_XDIST_WORKER") else basetemp
     return root / "executed-ci"
 

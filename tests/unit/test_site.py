@@ -1,6 +1,6 @@
 """The course website (helpers.output.site): links between the repository's pages rewritten into the site, a chapter's
 figures and results, and a build of the real README, INSTRUCTOR.md and docs/ around tiny fake executed chapters
-with every internal link checked in the HTML (tests/browser/test_site.py does it in Chromium on the real chapters)."""
+with every internal link checked in the HTML (tests/browser/test_website.py does it in Chromium on the real chapters)."""
 
 import base64
 import io

@@ -65,7 +65,7 @@ def executed_course(request, tmp_path_factory):
             shutil.copy2(COURSE_RUN / "results" / f"{nb.stem}.json", copy / "results" / f"{nb.stem}.json")
         return copy
     pytest.skip("no executed ci chapters: run the chapter tests in the same session "
-                "(`pytest tests/notebooks tests/browser/test_site.py`) or `python -m helpers.course run --preset ci`")
+                "(`pytest tests/notebooks tests/browser/test_website.py`) or `python -m helpers.course run --preset ci`")
 
 
 class Quiet(SimpleHTTPRequestHandler):
