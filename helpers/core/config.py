@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from helpers.core.comm_fusion_value import FUSION_MODES, comm_fusion_problem  # noqa: F401 - validate() uses it
 from helpers.core.config_table import config_table  # noqa: F401 - where chapters import it from
 from helpers.core.errors import ConfigError
 from helpers.core.rehearsal import CARD_TARGETS   # what a rehearsal on CPU may stand for (rehearsed_target)
@@ -36,10 +37,9 @@ STEMS = ("imagenet", "small")              # helpers.train.models.ResNet's stems
 CONV_IMPLS = ("auto", "native", "im2col")
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 # comm_fusion modes per communication type (_set_*_comm_fusion in mindspore/parallel/_auto_parallel_context.py)
-FUSION_MODES = {"allreduce": ("auto", "size", "index"), "allgather": ("auto", "size"),
-                "reducescatter": ("auto", "size")}
 INT_FIELDS = ("steps", "global_batch", "world_size", "accumulation_steps", "image_size", "seed", "dataset_workers",
-              "threads_per_rank", "node_rank", "master_port", "profile_skip_steps", "fail_step", "phase_rounds")
+              "threads_per_rank", "node_rank", "master_port", "profile_skip_steps", "fail_step", "phase_rounds",
+              "bn_recalibration_batches")
 OPTIONAL_INT_FIELDS = ("micro_batch", "local_world_size", "lr_batch", "mem_cap_mb", "fail_rank")
 SECONDS_FIELDS = ("timeout_s", "stall_s", "compile_stall_s")
 
@@ -72,6 +72,7 @@ class JobConfig:
     phase_seeds: tuple = ()                   # each phase once per seed (weight init, data order); ()
     dataset_workers: int = 1
     evaluate: bool = False                    # held-out accuracy after training (all ranks, summed)
+    bn_recalibration_batches: int = 0         # precise BN before evaluating, from this many train batches per rank; 0: off
     # model and optimiser
     arch: str = "resnet18"
     width: float = 0.125
@@ -288,6 +289,8 @@ def _check_phases(c: JobConfig, bad: _Problems) -> None:
     elif p and (c.task != "train" or c.strategy_file or c.profile or c.accumulation_steps != 1):
         bad("phase_samplers", "phases run plain training only (task 'train', no strategy_file, profile or "
                               "gradient accumulation)")
+    if bad.ok("bn_recalibration_batches") and c.bn_recalibration_batches < 0:
+        bad("bn_recalibration_batches", "must be at least 0 (0: evaluate with BatchNorm's running statistics)")
     if p and bad.ok("phase_rounds", "steps") and not 1 <= c.phase_rounds <= c.steps:
         bad("phase_rounds", f"must be between 1 and steps={c.steps}")
     if c.sampler_code and not (str(c.sampler_code).partition(":")[0].endswith(".py") and ":" in c.sampler_code):
@@ -323,39 +326,6 @@ def _check_placement(c: JobConfig, bad: _Problems) -> None:
         bad("slurm", slurm_problem(c.slurm, c.world_size, c.launcher))
     if not (isinstance(c.adjusted, dict) and all(isinstance(v, str) for v in c.adjusted.values())):
         bad("adjusted", "must be a dict of field name -> why the preset's value was lowered")
-
-
-def comm_fusion_problem(value) -> str | None:
-    """What is wrong with a ``set_auto_parallel_context(comm_fusion=...)`` value, or None if MindSpore takes it.
-
-    None or {}; else ``{type: {"mode": m, "config": c}}`` with types and modes of ``FUSION_MODES`` ("size":
-    threshold in MB, an int > 0; "index": ascending distinct ints; "auto": config unused, None), and
-    optionally ``"openstate": bool`` (MindSpore's switch for all fusion)."""
-    accepted = ('None, {} or {"allreduce"|"allgather"|"reducescatter": {"mode": ..., "config": ...}}: modes '
-                + "; ".join(f"{k} {'/'.join(m)}" for k, m in FUSION_MODES.items())
-                + '; "size" config an int > 0 (MB), "index" config a non-empty ascending list of distinct ints')
-    if value is None or value == {}:
-        return None
-    if not isinstance(value, dict):
-        return f"must be {accepted}"
-    for kind, spec in value.items():
-        if kind == "openstate":
-            if not isinstance(spec, bool):
-                return f'"openstate" must be a bool; {accepted}'
-            continue
-        if kind not in FUSION_MODES:
-            return f"unknown communication type {kind!r}; must be {accepted}"
-        if not isinstance(spec, dict) or set(spec) != {"mode", "config"}:
-            return f'{kind} must be a dict with exactly the keys "mode" and "config"; {accepted}'
-        mode, conf = spec["mode"], spec["config"]
-        if mode not in FUSION_MODES[kind]:
-            return f"{kind} mode must be one of {FUSION_MODES[kind]}; {accepted}"
-        if mode == "size" and not (_is_int(conf) and conf > 0):
-            return f'{kind} mode "size" needs config = a threshold in MB, an int > 0; {accepted}'
-        if mode == "index" and not (isinstance(conf, list) and conf and all(_is_int(i) for i in conf)
-                                    and conf == sorted(set(conf))):
-            return f'{kind} mode "index" needs config = a non-empty ascending list of distinct ints; {accepted}'
-    return None
 
 
 # Presets are data: a name maps to field values. 'ci' runs in seconds on 2 cores, 'cpu' in minutes,

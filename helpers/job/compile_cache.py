@@ -39,7 +39,8 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
                       cfg.comm_fusion, cfg.micro_batch_size, cfg.accumulation_steps, cfg.amp_level,
                       cfg.grad_reduce, cfg.cell_comm_fusion, cfg.strategy_file, cfg.num_classes,
                       cfg.loss_scale, cfg.label_smoothing, cfg.lr_schedule, cfg.warmup_fraction,
-                      cfg.decay_norm_and_bias, cfg.keep_fp32, cfg.deterministic], sort_keys=True)
+                      cfg.decay_norm_and_bias, cfg.keep_fp32, cfg.deterministic,
+                      bool(cfg.evaluate and cfg.bn_recalibration_batches)], sort_keys=True)
     return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 

@@ -1,4 +1,5 @@
-"""Held-out accuracy of a rank's network, summed over the ranks, with progress records the watchdog reads."""
+"""Held-out accuracy of a rank's network, summed over the ranks, with progress records the watchdog reads; before it,
+precise BN and the per-rank BatchNorm probe (``judge``)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,7 @@ EVAL_BATCH_FACTOR = 4   # inference keeps no activations for a backward pass: 4x
 EVAL_EVENT = "evaluating"   # a progress record during evaluation: the watchdog gives it the compile allowance
 EVAL_BEAT_S = 5.0          # at most one such record per this many seconds of evaluation
 SLOW_EVAL_S = 2.0          # fail_mode "slow_eval": the pause per evaluation batch on fail_rank (a long validation)
+PROBE_BATCHES = 2          # each rank's next training batches whose BatchNorm statistics and losses ``judge`` records
 
 
 def evaluate(cfg: JobConfig, net, rank: int, world: int, batch_stats: bool = False, out=None) -> float:
@@ -87,3 +89,55 @@ def _maybe_fail_eval(cfg: JobConfig, rank: int) -> None:
         time.sleep(SLOW_EVAL_S)
         if cfg.fail_mode == "slow_eval":
             return
+
+
+def calibration_batches(cfg: JobConfig, rank: int, world: int) -> list[np.ndarray]:
+    """This rank's first ``cfg.bn_recalibration_batches`` training batches (images) under
+    ``DistributedSampler(shuffle=True)`` and the config's seed: random images of the train split whatever sampler
+    trained, the same for every phase. Read before the first step (the watchdog allows slow work only there)."""
+    from helpers.train.data import build_dataset
+
+    if not cfg.bn_recalibration_batches:
+        return []
+    run = cfg.replace(sampler="distributed_shuffle", sampler_code="", phase_samplers=(), phase_seeds=())
+    data = build_dataset(run, "train", rank, world, batch_size=cfg.micro_batch_size)
+    it = data.create_tuple_iterator(num_epochs=1, output_numpy=True)
+    batches = [images for (images, _), _ in zip(it, range(cfg.bn_recalibration_batches))]
+    it.stop()
+    return batches
+
+
+def judge(cfg: JobConfig, net, rank: int, world: int, out=None, calibration=(), upcoming=None) -> dict:
+    """A trained network's closing figures: with ``upcoming`` (the iterator it trained from) the BatchNorm probe of
+    the rank's next ``PROBE_BATCHES`` batches (``helpers.train.batchnorm.rank_spread``; their loss with the rank's
+    own batch statistics, as in training); precise BN over ``calibration`` (every rank the same statistics); the
+    probe's loss with those shared statistics; then held-out ``accuracy``."""
+    from helpers.train.batchnorm import cross_entropy, forward_statistics, rank_spread, recalibrate
+
+    _EvalBeat(out)(0)     # the first training-mode forward compiles a graph: the watchdog's allowance starts here
+    reduce = _SumOverRanks() if world > 1 else None
+    probe = [tuple(t.asnumpy() for t in next(upcoming)) for _ in range(PROBE_BATCHES)] if upcoming else []
+    passes = forward_statistics(net, [images for images, _ in probe]) if probe else []
+    own = [cross_entropy(logits, labels) for (logits, _), (_, labels) in zip(passes, probe)]
+    spreads = [rank_spread(stats, reduce, world) for _, stats in passes]
+    closing = {"bn_recalibration_images": recalibrate(net, calibration, reduce, world) if calibration else 0}
+    if probe:
+        shared = [cross_entropy(_infer(net, images, EVAL_BATCH_FACTOR * cfg.batch_per_rank), labels)
+                  for images, labels in probe]
+        closing["bn_probe"] = dict(loss_own=float(np.mean(own)), loss_shared=float(np.mean(shared)),
+                                   layers=np.mean([s["layers"] for s in spreads], axis=0).tolist(),
+                                   z=spreads[0]["z"], shared_statistics=bool(calibration))
+    return dict(accuracy=evaluate(cfg, net, rank, world, out=out), **closing)
+
+
+def _infer(net, images: np.ndarray, size: int) -> np.ndarray:
+    """Logits of ``images`` in inference mode, padded with zero images to ``size`` (the evaluation graph's shape)."""
+    import mindspore as ms
+
+    n = len(images)
+    padded = np.concatenate([images, np.zeros((size - n,) + images.shape[1:], images.dtype)]) if n < size else images
+    net.set_train(False)
+    try:
+        return net(ms.Tensor(padded)).asnumpy()[:n]
+    finally:
+        net.set_train(True)

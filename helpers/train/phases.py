@@ -73,8 +73,9 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
     samplers of one seed alternating in ``cfg.phase_rounds`` rounds.
 
     ``run_steps(step, iterator, steps, phase, job_step0)`` runs and records some steps (tagged with the phase
-    and numbered from ``job_step0`` across the job, for the progress bar); ``finish()`` returns a phase's
-    closing figures (evaluation, checksum) for the state now loaded; ``memory_now()`` the process's memory
+    and numbered from ``job_step0`` across the job, for the progress bar); ``finish(iterator)`` returns a
+    phase's closing figures (evaluation, checksum) for the state now loaded, ``iterator`` the phase's own data (the
+    batches its rank would read next); ``memory_now()`` the process's memory
     figures for the ``ready`` record; ``fresh_params(seed)`` a network's parameters initialised by ``seed``.
     Writes one ``phase_summary`` record per phase; returns the job's summary (its phases' names and seconds)."""
     seeds = cfg.phase_seeds or (None,)
@@ -102,7 +103,7 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
         for k in cfg.phase_samplers:
             load_state(step, states[k])
             t0 = time.perf_counter()
-            closing = finish()
+            closing = finish(data.get(k))
             trained = spent.pop(k)
             total += trained
             out.write("phase_summary", phase=phase_name(k, seed), sampler=k, seed=seed, train_s=trained,

@@ -149,7 +149,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     from mindspore.context import ParallelMode
 
     from helpers.train.data import build_dataset
-    from helpers.train.evaluation import evaluate
+    from helpers.train.evaluation import calibration_batches, judge
     from helpers.train.image_folder import scan_split
     from helpers.train.shared_compile import take_leader_graph
 
@@ -181,15 +181,16 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
         return _train_phases(cfg, rank, world, out, net, step, num_classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
     it = data.create_tuple_iterator(num_epochs=-1)
+    calibration = calibration_batches(cfg, rank, world) if cfg.evaluate else []
     # memory before the first step (chapter 02 subtracts it); on GPU/Ascend the device peak restarts here
     out.write("ready", **memory_now_mb(), **device_memory_mb(cfg, reset_peak=True))
     t_start = time.perf_counter()
     step_times = profiled_loop(cfg, run_dir, rank, step, it, out)
     train_s = time.perf_counter() - t_start
     out.write("trained", train_s=train_s)
-    accuracy = evaluate(cfg, net, rank, world, out=out) if cfg.evaluate else None
+    closing = judge(cfg, net, rank, world, out, calibration, it) if cfg.evaluate else {"accuracy": None}
     checksum, psum = param_checksum(net)
-    summary = dict(steps=len(step_times), train_s=train_s, accuracy=accuracy,
+    summary = dict(steps=len(step_times), train_s=train_s, **closing,
                    checksum=checksum, param_sum=psum, peak_rss_mb=peak_rss_mb(),
                    conv_impl=cfg.conv_impl, device_target=cfg.device_target, num_classes=num_classes)
     if cfg.strategy_file:   # per-rank checkpoints under <run_dir>/ckpt/rank_<r>/ (merged by helpers.topics.strategy)
@@ -209,12 +210,15 @@ def profiled_loop(cfg: JobConfig, run_dir: Path, rank: int, step, it, out: Metri
 
 def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net, step, num_classes: int) -> dict:
     """``cfg.phase_samplers`` trained in turn on one train step (``helpers.train.phases``); the job's summary."""
-    from helpers.train.evaluation import evaluate
+    from helpers.train.batchnorm import sync_batchnorm_error
+    from helpers.train.evaluation import calibration_batches, evaluate, judge
     from helpers.train.phases import train_phases
 
-    def finish():    # BN_DIAGNOSTIC_ENV set: also the BatchNorm diagnostic, after the checksum
-        closing = dict(accuracy=evaluate(cfg, net, rank, world, out=out) if cfg.evaluate else None,
-                       **dict(zip(("checksum", "param_sum"), param_checksum(net))))
+    calibration = calibration_batches(cfg, rank, world) if cfg.evaluate else []
+
+    def finish(upcoming):    # BN_DIAGNOSTIC_ENV set: also the BatchNorm diagnostic, after the checksum
+        closing = dict(**(judge(cfg, net, rank, world, out, calibration, upcoming) if cfg.evaluate else
+                          {"accuracy": None}), **dict(zip(("checksum", "param_sum"), param_checksum(net))))
         return closing | ({"accuracy_batch_stats": evaluate(cfg, net, rank, world, batch_stats=True, out=out)}
                           if cfg.evaluate and os.environ.get(BN_DIAGNOSTIC_ENV) else {})
 
@@ -231,8 +235,9 @@ def _train_phases(cfg: JobConfig, rank: int, world: int, out: MetricsWriter, net
         return {p.name: p.asnumpy() for p in fresh.get_parameters()}
 
     return dict(train_phases(cfg, rank, world, out, step, run_steps, finish, memory_now_mb, fresh_params),
-                steps=cfg.steps, peak_rss_mb=peak_rss_mb(), conv_impl=cfg.conv_impl,
-                device_target=cfg.device_target, num_classes=num_classes)
+                sync_batchnorm_error=sync_batchnorm_error() if world > 1 else None, steps=cfg.steps,
+                peak_rss_mb=peak_rss_mb(), conv_impl=cfg.conv_impl, device_target=cfg.device_target,
+                num_classes=num_classes)
 
 
 def _maybe_fail(cfg: JobConfig, rank: int, i: int) -> None:

@@ -113,7 +113,7 @@ def test_phases_alternate_in_rounds_and_each_trains_as_if_alone(tmp_path, monkey
             out.write("step", step=i, job_step=job_step0 + i - steps.start, phase=phase,
                       loss=_loss(stp(*next(it))))
 
-    summary = phases.train_phases(cfg, 0, 1, out, step, run_steps, lambda: {"accuracy": 0.5},
+    summary = phases.train_phases(cfg, 0, 1, out, step, run_steps, lambda it: {"accuracy": 0.5},
                                   lambda: {"rss_mb": 1.0})
     out.close()
     recs = read_records(metrics_path(tmp_path, 0))
@@ -175,7 +175,7 @@ def test_seeds_run_seed_after_seed_each_from_its_own_weights(tmp_path, monkeypat
         for i in steps:
             out.write("step", step=i, job_step=job_step0 + i - steps.start, phase=phase, loss=_loss(stp(*next(it))))
 
-    summary = phases.train_phases(cfg, 0, 1, out, step, run_steps, lambda: {"accuracy": 0.5},
+    summary = phases.train_phases(cfg, 0, 1, out, step, run_steps, lambda it: {"accuracy": 0.5},
                                   lambda: {"rss_mb": 1.0}, _fresh_dense)
     out.close()
     recs = read_records(metrics_path(tmp_path, 0))
