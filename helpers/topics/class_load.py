@@ -29,6 +29,11 @@ def measure_class_load(cfg, labels, shards: dict, preset: str, progress=None) ->
                 cost_ratio=float(cost.max() / cost.min()), sample=report["sample"], predicted=predicted)
 
 
+def times(ratio: float) -> str:
+    """A cost ratio as read: two decimals near 1, whole numbers with separators once it is large."""
+    return f"{ratio:.2f}x" if ratio < 10 else f"{ratio:,.0f}x"
+
+
 def every_nth(n: int, total: int, show=print):
     """A ``progress`` callback that shows every ``n``-th line and the last of ``total`` (1,000 ImageNet classes)."""
     seen = [0]
@@ -55,6 +60,6 @@ def class_load_md(load: dict) -> str:
                 f"the same to read, so no split can make a rank wait for data here (worst prediction: "
                 f"{SPLIT_NAMES[worst]}, {pred:.2f}x the mean per step). On ImageNet, where classes differ in file "
                 "size, run `python -m data_prep.class_costs <your tree>`.")
-    return (f"The costliest class took {ratio:.2f}x the cheapest to decode and resize. If decoding set the step, "
+    return (f"The costliest class took {times(ratio)} the cheapest to decode and resize. If decoding set the step, "
             f"under {SPLIT_NAMES[worst]} the slowest rank would read {pred:.2f}x the mean load per step (rank "
             f"{load['predicted'][worst]['slowest_rank']}); section 2's timing table shows what the run measured.")

@@ -15,6 +15,7 @@ import numpy as np
 # right after ds.config.set_seed(seed).
 SAMPLERS_SOURCE = "dataset/engine/samplers.py"
 SEED_READ_AT_BUILD = "self.seed = ds.config.get_seed()"
+PREFETCH = 2                     # rows each pipeline op queues ahead in a phase (MindSpore's default: 16)
 
 def step_state(step) -> dict:
     """Every parameter of the train step, copied to the host, by name."""
@@ -64,6 +65,9 @@ def _datasets(cfg, rank: int, world: int, seed: int | None) -> dict:
 
     run = cfg.replace(phase_samplers=(), phase_seeds=(), seed=cfg.seed if seed is None else seed)
     ds.config.set_seed(run.seed)     # read when each DistributedSampler is built (SEED_READ_AT_BUILD)
+    # a phase is a few steps: MindSpore's default queues (16 rows per op) would decode batches no step reads, on the
+    # cores the other ranks train on; two keep one batch ready while the rank computes
+    ds.config.set_prefetch_size(PREFETCH)
     return {k: build_dataset(run.replace(sampler=k), "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
             for k in cfg.phase_samplers}
 
@@ -86,9 +90,9 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
     datasets = {x: _datasets(cfg, rank, world, x) for x in seeds}
     spent, done, total = {}, 0, 0.0
     for i, seed in enumerate(seeds):
-        data = {k: d.create_tuple_iterator(num_epochs=-1) for k, d in datasets.pop(seed).items()}
+        built, data = datasets.pop(seed), {}
         if i == 0:
-            out.write("ready", **memory_now())    # memory before the first step, the phases' pipelines running
+            out.write("ready", **memory_now())    # memory before the first step
         states = dict.fromkeys(cfg.phase_samplers, starts.pop(seed))
         started = {}
         for chunk in rounds(cfg.steps, cfg.phase_rounds):
@@ -96,7 +100,9 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                 load_state(step, states[k])
                 started.setdefault(k, state_digest(step_state(step)))    # what this phase really started from
                 t0 = time.perf_counter()
-                run_steps(step, data[k], chunk, phase_name(k, seed), done)
+                # a split's pipeline starts with its first steps, so no split reads ahead while another trains
+                it = data[k] if k in data else data.setdefault(k, built[k].create_tuple_iterator(num_epochs=-1))
+                run_steps(step, it, chunk, phase_name(k, seed), done)
                 spent[k] = spent.get(k, 0.0) + time.perf_counter() - t0
                 states[k] = step_state(step)
                 done += len(chunk)
