@@ -32,11 +32,12 @@ def _put(cells, values) -> None:
         c.moving_variance.copy_(ms.Tensor(np.asarray(v, np.float32)))
 
 
-def forward_statistics(net, batches) -> list[tuple[np.ndarray, list[tuple[np.ndarray, np.ndarray]]]]:
+def forward_statistics(net, batches, restore: bool = True) -> list[tuple[np.ndarray, list]]:
     """Training-mode forward passes of ``batches`` (image arrays or Tensors; no gradient, no optimizer): per batch,
     its logits and every BatchNorm layer's (mean, variance) of that batch (variance unbiased within the batch, as
     BatchNorm stores it). Read from the running statistics, zeroed once first: after a batch they hold
-    ``(1 - w) x before + w x batch``. The running statistics and the train flag are restored."""
+    ``(1 - w) x before + w x batch``. The train flag is restored, and the running statistics unless ``restore``
+    is False (the caller writes its own: each write is one copy per parameter, slow on a loaded CPU)."""
     import mindspore as ms
 
     cells = bn_cells(net)
@@ -55,7 +56,8 @@ def forward_statistics(net, batches) -> list[tuple[np.ndarray, list[tuple[np.nda
                                  for (m, v), (m0, v0), k in zip(now, before, w)]))
             before = now
     finally:
-        _put(cells, kept)
+        if restore:
+            _put(cells, kept)
         net.set_train(was)
     return out
 
@@ -72,25 +74,43 @@ def _split(flat: np.ndarray, like) -> list[np.ndarray]:
     return out
 
 
+def _moments(sets: list, reduce=None, world: int = 1) -> list[tuple[list, list, list]]:
+    """Per set of batches (``sets[i][b][layer] = (mean, var)`` on this rank), per layer over every rank's batches:
+    the batches' mean, the variance of their means and the mean of their variances. Two AllReduces for all sets
+    (``reduce(vector)`` sums a vector over the ranks; None: one rank)."""
+    reduce = reduce or (lambda v: v)
+    layers = [list(zip(*batches)) for batches in sets]       # set -> layer -> (mean, var) of each batch
+    like = [ly[0][0] for layer_list in layers for ly in layer_list]
+    counts = [len(batches) * world for batches in sets]
+    sums = _split(reduce(_flat([sum(m for m, _ in ly) for layer_list in layers for ly in layer_list])), like)
+    centre, i = [], 0
+    for layer_list, k in zip(layers, counts):
+        centre.append([x / k for x in sums[i:i + len(layer_list)]])
+        i += len(layer_list)
+    parts = [sum((m - c) ** 2 for m, _ in ly) for layer_list, cs in zip(layers, centre) for ly, c in zip(layer_list, cs)]
+    parts += [sum(v for _, v in ly) for layer_list in layers for ly in layer_list]
+    second = _split(reduce(_flat(parts)), like + like)
+    out, i, n = [], 0, len(like)
+    for layer_list, cs, k in zip(layers, centre, counts):
+        j = i + len(layer_list)
+        out.append((cs, [x / k for x in second[i:j]], [x / k for x in second[n + i:n + j]]))
+        i = j
+    return out
+
+
 def pooled_statistics(per_batch: list, reduce=None, world: int = 1) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per layer, the (mean, variance) of every batch of every rank pooled: the batches' mean, and the mean of
     their variances plus the variance of their means (equal-size batches). ``per_batch[b][layer] = (mean, var)``
     on this rank; ``reduce(vector)`` sums a vector over the ranks (None: one rank)."""
-    reduce = reduce or (lambda v: v)
-    k = len(per_batch) * world
-    layers = list(zip(*per_batch))          # layer -> its (mean, var) of each batch
-    means = _split(reduce(_flat([sum(m for m, _ in layer) for layer in layers])) / k, [ly[0][0] for ly in layers])
-    second = reduce(_flat([sum(v + (m - mu) ** 2 for m, v in layer) for layer, mu in zip(layers, means)])) / k
-    return list(zip(means, _split(second, means)))
+    ((centre, between, within),) = _moments([per_batch], reduce, world)
+    return [(c, w + b) for c, b, w in zip(centre, between, within)]
 
 
-def recalibrate(net, batches, reduce=None, world: int = 1) -> int:
-    """Precise BN: every BatchNorm layer's running statistics set to those of ``batches`` (image arrays, training
-    size) on every rank pooled (``pooled_statistics``), from training-mode forward passes with no optimizer step;
-    every rank ends with the same statistics. Returns the images used on this rank."""
-    per_batch = [stats for _, stats in forward_statistics(net, batches)]
-    _put(bn_cells(net), pooled_statistics(per_batch, reduce, world))
-    return int(sum(len(b) for b in batches))
+def _spread(stats, centre, between, within) -> dict:
+    scale = [np.sqrt(np.maximum(b + w, 1e-12)) for b, w in zip(between, within)]
+    z = (stats[FIGURE_LAYER][0] - centre[FIGURE_LAYER]) / scale[FIGURE_LAYER]
+    return {"layers": [float(np.mean(np.sqrt(b) / s)) for b, s in zip(between, scale)],
+            "z": [float(x) for x in z[:FIGURE_CHANNELS]]}
 
 
 def rank_spread(stats, reduce=None, world: int = 1) -> dict:
@@ -98,16 +118,25 @@ def rank_spread(stats, reduce=None, world: int = 1) -> dict:
     Per layer: the std over ranks of a channel's batch mean, in units of the channel's std over all ranks' images
     pooled, averaged over channels (0: every rank normalises by the same centre); and this rank's ``z`` (its
     channel means minus the ranks' mean, in the same units) for ``FIGURE_LAYER``'s first ``FIGURE_CHANNELS``."""
-    reduce = reduce or (lambda v: v)
-    means = [m for m, _ in stats]
-    centre = _split(reduce(_flat(means)) / world, means)
-    spread = _split(reduce(_flat([(m - c) ** 2 for m, c in zip(means, centre)] + [v for _, v in stats])) / world,
-                    means + means)
-    between, within = spread[:len(means)], spread[len(means):]
-    scale = [np.sqrt(np.maximum(b + w, 1e-12)) for b, w in zip(between, within)]
-    layers = [float(np.mean(np.sqrt(b) / s)) for b, s in zip(between, scale)]
-    z = (means[FIGURE_LAYER] - centre[FIGURE_LAYER]) / scale[FIGURE_LAYER]
-    return {"layers": layers, "z": [float(x) for x in z[:FIGURE_CHANNELS]]}
+    ((centre, between, within),) = _moments([[stats]], reduce, world)
+    return _spread(stats, centre, between, within)
+
+
+def recalibrate(net, batches, reduce=None, world: int = 1, probe=None) -> dict:
+    """Precise BN: every BatchNorm layer's running statistics set to those of ``batches`` (image arrays, training
+    size) on every rank pooled (``pooled_statistics``), from training-mode forward passes with no optimizer step;
+    every rank ends with the same statistics. With ``probe`` (one more batch, passed first) also its logits with
+    its own batch statistics and ``rank_spread``, in the same two AllReduces. Returns ``images`` (this rank's
+    recalibration images) and, with a probe, ``logits`` and ``spread``."""
+    passes = forward_statistics(net, ([] if probe is None else [probe]) + list(batches), restore=False)
+    own = passes.pop(0) if probe is not None else None
+    sets = [[stats for _, stats in passes]] + ([[own[1]]] if own else [])
+    moments = _moments(sets, reduce, world)
+    _put(bn_cells(net), [(c, w + b) for c, b, w in zip(*moments[0])])
+    out = {"images": int(sum(len(b) for b in batches))}
+    if own:
+        out.update(logits=own[0], spread=_spread(own[1], *moments[1]))
+    return out
 
 
 def cross_entropy(logits, labels) -> float:

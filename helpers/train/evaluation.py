@@ -30,7 +30,6 @@ EVAL_BATCH_FACTOR = 4   # inference keeps no activations for a backward pass: 4x
 EVAL_EVENT = "evaluating"   # a progress record during evaluation: the watchdog gives it the compile allowance
 EVAL_BEAT_S = 5.0          # at most one such record per this many seconds of evaluation
 SLOW_EVAL_S = 2.0          # fail_mode "slow_eval": the pause per evaluation batch on fail_rank (a long validation)
-PROBE_BATCHES = 2          # each rank's next training batches whose BatchNorm statistics and losses ``judge`` records
 
 
 def evaluate(cfg: JobConfig, net, rank: int, world: int, batch_stats: bool = False, out=None) -> float:
@@ -109,24 +108,27 @@ def calibration_batches(cfg: JobConfig, rank: int, world: int) -> list[np.ndarra
 
 def judge(cfg: JobConfig, net, rank: int, world: int, out=None, calibration=(), upcoming=None) -> dict:
     """A trained network's closing figures: with ``upcoming`` (the iterator it trained from) the BatchNorm probe of
-    the rank's next ``PROBE_BATCHES`` batches (``helpers.train.batchnorm.rank_spread``; their loss with the rank's
-    own batch statistics, as in training); precise BN over ``calibration`` (every rank the same statistics); the
-    probe's loss with those shared statistics; then held-out ``accuracy``."""
+    the rank's next batch (its loss with the rank's own batch statistics, as in training, and ``rank_spread``);
+    precise BN over ``calibration`` (every rank the same statistics) in the same forward passes and AllReduces;
+    the probe's loss with those shared statistics; then held-out ``accuracy``."""
     from helpers.train.batchnorm import cross_entropy, forward_statistics, rank_spread, recalibrate
 
     _EvalBeat(out)(0)     # the first training-mode forward compiles a graph: the watchdog's allowance starts here
     reduce = _SumOverRanks() if world > 1 else None
-    probe = [tuple(t.asnumpy() for t in next(upcoming)) for _ in range(PROBE_BATCHES)] if upcoming else []
-    passes = forward_statistics(net, [images for images, _ in probe]) if probe else []
-    own = [cross_entropy(logits, labels) for (logits, _), (_, labels) in zip(passes, probe)]
-    spreads = [rank_spread(stats, reduce, world) for _, stats in passes]
-    closing = {"bn_recalibration_images": recalibrate(net, calibration, reduce, world) if calibration else 0}
-    if probe:
-        shared = [cross_entropy(_infer(net, images, EVAL_BATCH_FACTOR * cfg.batch_per_rank), labels)
-                  for images, labels in probe]
-        closing["bn_probe"] = dict(loss_own=float(np.mean(own)), loss_shared=float(np.mean(shared)),
-                                   layers=np.mean([s["layers"] for s in spreads], axis=0).tolist(),
-                                   z=spreads[0]["z"], shared_statistics=bool(calibration))
+    images, labels = (t.asnumpy() for t in next(upcoming)) if upcoming else (None, None)
+    if calibration:
+        done = recalibrate(net, calibration, reduce, world, probe=images)
+    elif upcoming:
+        (logits, stats), = forward_statistics(net, [images])
+        done = {"images": 0, "logits": logits, "spread": rank_spread(stats, reduce, world)}
+    else:
+        done = {"images": 0}
+    closing = {"bn_recalibration_images": done["images"]}
+    if upcoming:
+        shared = _infer(net, images, EVAL_BATCH_FACTOR * cfg.batch_per_rank)
+        closing["bn_probe"] = dict(loss_own=cross_entropy(done["logits"], labels),
+                                   loss_shared=cross_entropy(shared, labels), shared_statistics=bool(calibration),
+                                   **done["spread"])
     return dict(accuracy=evaluate(cfg, net, rank, world, out=out), **closing)
 
 

@@ -62,7 +62,7 @@ def test_recalibrated_statistics_are_the_datas(momentum):
     net = _net(momentum)
     batches = _batches(3)
     per_batch = [stats for _, stats in batchnorm.forward_statistics(net, batches)]
-    assert batchnorm.recalibrate(net, batches) == 18
+    assert batchnorm.recalibrate(net, batches) == {"images": 18}
     bn0, bn1 = batchnorm.bn_cells(net)
     pooled = np.concatenate(batches)
     # the first layer sees the images: its running statistics are now theirs, all batches pooled
@@ -92,6 +92,17 @@ def test_one_batch_recalibrates_to_its_own_statistics_and_inference_uses_them():
     out = net.bn0(ms.Tensor(x)).asnumpy()      # gamma 1, beta 0: inference normalises by the recalibrated ones
     expected = (x - mean[None, :, None, None]) / np.sqrt(var[None, :, None, None] + 1e-5)
     np.testing.assert_allclose(out, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_a_probe_batch_rides_along_and_stays_out_of_the_statistics():
+    net = _net(0.9)
+    probe, *batches = _batches(3, seed=5)
+    (logits, _), = batchnorm.forward_statistics(net, [probe])
+    done = batchnorm.recalibrate(net, batches, probe=probe)
+    np.testing.assert_allclose(done["logits"], logits, rtol=1e-5, atol=1e-5)   # its own batch statistics
+    assert done["images"] == 12 and done["spread"]["layers"] == [0.0, 0.0]       # one rank: nothing apart
+    mean, var = _moving(batchnorm.bn_cells(net)[0])
+    np.testing.assert_allclose(mean, np.concatenate(batches).mean(axis=(0, 2, 3)), rtol=1e-5, atol=1e-6)
 
 
 def _as_ranks(fn, per_rank: list):
@@ -147,3 +158,18 @@ def test_rank_spread_is_zero_for_equal_ranks_and_measures_apart_ones():
 def test_cross_entropy():
     logits = np.log(np.array([[0.5, 0.25, 0.25], [0.1, 0.8, 0.1]]))
     assert batchnorm.cross_entropy(logits, [0, 1]) == pytest.approx(-(np.log(0.5) + np.log(0.8)) / 2)
+
+
+def test_two_sets_in_one_pair_of_reductions_equal_each_alone():
+    rng = np.random.default_rng(2)
+    ranks = [([[(rng.normal(r, 1, 3), rng.uniform(1, 2, 3))] for _ in range(2)],
+              [(rng.normal(-r, 1, 3), rng.uniform(1, 2, 3))]) for r in range(3)]
+    both = _as_ranks(lambda x, red, w: batchnorm._moments([x[0], [x[1]]], red, w), ranks)
+    pooled = _as_ranks(lambda x, red, w: batchnorm.pooled_statistics(x[0], red, w), ranks)
+    spread = _as_ranks(lambda x, red, w: batchnorm.rank_spread(x[1], red, w), ranks)
+    for r in range(3):
+        (c, b, w), probe = both[r]
+        np.testing.assert_allclose(c[0], pooled[r][0][0])
+        np.testing.assert_allclose(w[0] + b[0], pooled[r][0][1])
+        got = batchnorm._spread(ranks[r][1], *probe)
+        assert got["layers"] == pytest.approx(spread[r]["layers"]) and got["z"] == pytest.approx(spread[r]["z"])
