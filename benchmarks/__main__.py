@@ -30,11 +30,11 @@ BENCHMARKS = {
     "vs_model_train": True,
     "vs_mindcv": True,
     "scaling": True, "knobs": True, "comm_fusion": True, "time_split": True, "accumulation": False,
-    "memory_levers": False, "hybrid": True,
+    "memory_levers": False, "bn_groups": False, "hybrid": True,
     "course_time": True, "ci_time": False,
 }
 SAVES_ITSELF = {"conv_breakdown", "vs_model_train", "vs_mindcv", "scaling", "knobs", "hybrid", "course_time", "startup", "vs_pytorch",
-                "sampler_phases", "ci_time", "time_split", "shared_compile", "memory_levers"}
+                "sampler_phases", "ci_time", "time_split", "shared_compile", "memory_levers", "bn_groups"}
 
 
 def _json_from(text: str) -> dict:

@@ -242,6 +242,7 @@ def training_rows(rows: Rows) -> None:
                      get_in(d, "planner_im2col", "planner_vs_measured_slope_ratio"), "0.75..1.25", "accumulation",
                      "im2col convolution")
     lever_result_rows(rows)
+    bn_group_rows(rows)
     d = rows.results.get("comm_fusion")
     if d:
         rows.add("comm fusion: fused / per-tensor AllReduce step time", d.get("step_time_ratio_fused_over_baseline"),
@@ -281,6 +282,19 @@ def lever_result_rows(rows: Rows) -> None:
                 rows.add(f"memory levers ({impl}): {lever} / plain, MiB per image", f["slope_ratio_vs_plain"], "",
                          "memory_levers", f"step time {f['step_time_ratio_vs_plain']:.2f}x plain; batches "
                          f"{f['batches']}; largest loss difference {f['max_loss_diff_vs_plain']:.1e}")
+
+
+def bn_group_rows(rows: Rows) -> None:
+    """Chapter 02's BatchNorm groups: each grouping's held-out loss minus one group's, paired over seeds."""
+    d = rows.results.get("bn_groups")
+    if not d:
+        return
+    fin = get_in(d, "final", d.get("judged_on", "held_out_loss")) or {}
+    for g, p in (fin.get("vs_one_group") or {}).items():
+        rows.add(f"BatchNorm groups: {g} x {d['batch'] // int(g)} minus 1 x {d['batch']}, held-out loss after "
+                 f"{d['updates']} updates", p["mean"], "", "bn_groups",
+                 f"paired over {len(d['seeds'])} seeds, 95 % interval ±{p['half_width']:.3f}: "
+                 f"{'beyond' if p['beyond_spread'] else 'within'} the seeds' spread", unit="")
 
 
 ROW_MAKERS = (comparison_rows, course_rows, startup_rows, startup_env_rows, host_memory_rows, phase_rows,

@@ -256,3 +256,13 @@ def test_memory_lever_rows_are_informational_planner_and_plain_ratios():
     assert all(r.goal == "" for r in rows.values())
     rec = rows["memory levers (im2col): recompute_block / plain, MiB per image"]
     assert rec.measured == 1.13 and "step time 1.33x plain" in rec.note
+
+
+def test_batchnorm_group_rows_are_informational_paired_differences():
+    from tests.unit.test_bn_groups import fake_bench
+
+    d = {**fake_bench(), "judged_on": "held_out_loss"}
+    rows = {r.what: r for r in goal_rows({"bn_groups": d}) if r.source == "results/bn_groups.json"}
+    row = rows["BatchNorm groups: 16 x 4 minus 1 x 64, held-out loss after 60 updates"]
+    assert row.goal == "" and row.measured == pytest.approx(0.05) and "beyond the seeds' spread" in row.note
+    assert "within" in rows["BatchNorm groups: 4 x 16 minus 1 x 64, held-out loss after 60 updates"].note
