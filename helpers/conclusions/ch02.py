@@ -18,6 +18,9 @@ TOL = 1e-5            # float32 rounding over a few hundred thousand summed grad
 COSINE_TOL = 1e-6     # |1 - cosine| for "the same direction" (rounding gives ~1e-12)
 SLOPE_EXPLAINED = 0.25   # planner + composite-kernel copies within 25 % of the measured slope: "explained"
 TIE = THROUGHPUT_FLOOR   # the throughput band's floor (helpers.conclusions.step_noise)
+# Images per BatchNorm group expected to train like the full batch: BatchNorm's ImageNet error is flat from 32 down
+# to 16 images per GPU and rises below (Wu & He, Group Normalization, ECCV 2018, Fig. 1)
+LARGE_GROUP = 16
 
 
 def _oom(r: dict) -> Claim:
@@ -249,7 +252,7 @@ def _host_memory(r: dict) -> Claim:
 def build(r: dict) -> list[Claim]:
     """Every claim of chapter 02, in the order the chapter makes them."""
     return [_published(r), _oom(r), _fits(r), _memory(r), _throughput(r), _no_bn(r), _bn_cause(r), _builtin(r),
-            _slope(r), _blog(r), _allocator(r), _model_kwarg(r), _host_memory(r), *_levers(r)]
+            _slope(r), _blog(r), _allocator(r), _model_kwarg(r), _host_memory(r), *_levers(r), *_bn_groups(r)]
 
 
 def _levers(r: dict) -> list[Claim]:
@@ -264,3 +267,22 @@ def _levers(r: dict) -> list[Claim]:
                   "sharding, refused on CPU, is planned at {s1:.1f} MiB per rank unsharded and {s8:.1f} MiB over "
                   "8 ranks.", source=lv["source"], rm=lv["recompute_memory"], rt=lv["recompute_time"],
                   am=lv["amp_memory"], at=lv["amp_time"], s1=shards[0], s8=shards[-1])]
+
+
+def _bn_groups(r: dict) -> list[Claim]:
+    """Groups of ``LARGE_GROUP``+ images within the seeds' spread of one group (the benchmark the chapter shows)."""
+    bg = r.get("bn_groups")
+    if not bg:
+        return []
+    rows = {g: v for g, v in bg["groups"].items() if "diff" in v}
+    large = [not v["beyond_spread"] for v in rows.values() if v["images"] >= LARGE_GROUP]
+    holds = all(large) if large else None
+    parts = "; ".join(f"{g} groups of {v['images']} {v['diff']:+.3f} ± {v['half_width']:.3f}, "
+                      f"{'beyond' if v['beyond_spread'] else 'within'} the seeds' spread" for g, v in rows.items())
+    head = ("Benchmark `{source}` ({n} seeds, {updates} updates of {batch} images): held-out loss minus that of one "
+            "BatchNorm group, " + parts + ".")
+    tail = "" if holds is None else " Groups of {large} or more images trained like the full batch, as expected."
+    return [claim("batchnorm_groups_training", holds, head + tail,
+                  head + " Groups of {large} or more images were expected to train like the full batch, and did not.",
+                  source=bg["source"], n=len(bg["seeds"]), updates=bg["updates"], batch=bg["batch"], large=LARGE_GROUP,
+                  groups=bg["groups"])]

@@ -48,3 +48,6 @@ def test_02_oom_gradient_accumulation(standin, tmp_path):
     assert r["model_has_gradient_accumulation_steps"] is False and r["model_error"].startswith(("TypeError", "ValueError"))
     # the other memory levers, from the committed benchmark the chapter shows (one CPU process, the ci model)
     assert r["memory_levers"]["measured_here"] is True and r["memory_levers"]["recompute_time"] > 0
+    # BatchNorm groups over training, from the committed benchmark the chapter shows (one process, the ci model)
+    assert r["bn_groups"]["source"] == "benchmarks/results/bn_groups.json" and len(r["bn_groups"]["seeds"]) >= 3
+    assert claims["batchnorm_groups_training"]["holds"] is not False

@@ -249,3 +249,22 @@ def test_the_memory_levers_are_an_observation_from_the_benchmark_the_chapter_sho
     assert c.holds is None and f"{lv['recompute_time']:.2f}x its time" in c.text and "over 8 ranks" in c.text
     assert _levers({}) == []
     assert show_levers("gpu8")["measured_here"] is False        # the card's model, planned
+
+
+def test_the_batchnorm_groups_claim_expects_large_groups_to_train_like_one_group():
+    from tests.unit.test_bn_groups import fake_bench
+    from helpers.topics.bn_groups import chapter_record
+
+    (c,) = ch02._bn_groups({"bn_groups": chapter_record(fake_bench())})
+    assert c.id == "batchnorm_groups_training" and c.holds is True
+    assert "4 groups of 16 " in c.text and "within the seeds' spread" in c.text
+    assert "16 groups of 4 +0.050" in c.text and "beyond the seeds' spread" in c.text
+    assert "benchmarks/results/bn_groups.json" in c.text and "3 seeds, 60 updates of 64 images" in c.text
+    rec = chapter_record(fake_bench())
+    rec["groups"]["4"]["beyond_spread"] = True          # a group of 16 that trained differently: the claim fails
+    (c,) = ch02._bn_groups({"bn_groups": rec})
+    assert c.holds is False and "expected to train like the full batch, and did not" in c.text
+    del rec["groups"]["4"]                              # no group of 16 or more to judge: an observation
+    (c,) = ch02._bn_groups({"bn_groups": rec})
+    assert c.holds is None and "as expected" not in c.text
+    assert ch02._bn_groups({}) == []
