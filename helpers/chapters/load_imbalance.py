@@ -18,7 +18,9 @@ from helpers.job.launch import run_job
 from helpers.job.straggler import SPLIT_PARTS, rank_time_split
 from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars, time_split_bars
 from helpers.output.tables import show_md, show_table
-from helpers.topics import seed_repeats, seen_classes, shard_stats
+from helpers.conclusions.ch01_batchnorm import bn_claims
+from helpers.conclusions.ch01_repeats import payoff_sentence
+from helpers.topics import bn_ranks, seed_repeats, seen_classes, shard_stats
 from helpers.topics.class_load import class_load_md, class_load_rows, every_nth, measure_class_load
 from helpers.train.data import HEAVY_STANDIN_DIR, STANDIN_DIR, prepare_data
 from helpers.train.sampler import SHARD_KINDS, shard_indices
@@ -36,6 +38,9 @@ SAMPLER_CLASS, SAMPLER_FILE = "StratifiedSampler", "stratified_sampler.py"   # t
 # trains its steps in one round: a split resumed in a later round finds batches its pipeline read ahead while the
 # others trained, which hides a rank that reads slowly (helpers.train.phases starts each pipeline with its steps).
 CHAPTER_LENGTH = {"ci": dict(phase_rounds=1), "cpu": dict(steps=16, phase_rounds=1)}
+# Precise BN before every evaluation: BatchNorm's statistics recomputed from this many training batches per rank
+# (random images, every rank's pooled), so accuracy judges the weights, not running statistics that lag them.
+BN_RECALIBRATION_BATCHES = {"ci": 2, "cpu": 4, "gpu8": 4}
 _STARTED: list[float] = []     # when prepare() ran: the chapter's own wall time
 REPEAT_FIGURES = {"accuracy": "held-out accuracy", "final_loss": "last loss (ranks' mean, each on its own batch)",
                   "accuracy_batch_stats": "held-out accuracy with BatchNorm on batch statistics (diagnostic)"}
@@ -51,7 +56,9 @@ def prepare(preset: str, rehearse: bool, **overrides):
     _STARTED[:] = [time.monotonic()]
     length = {} if rehearse else CHAPTER_LENGTH.get(preset, {})
     given = {k: v for k, v in overrides.items() if v is not None}
-    base = job_config(preset, rehearse=rehearse, chapter="01", evaluate=True, **{**length, **given})
+    base = job_config(preset, rehearse=rehearse, chapter="01", evaluate=True,
+                      bn_recalibration_batches=BN_RECALIBRATION_BATCHES["ci" if rehearse else preset],
+                      **{**length, **given})
     if "data_dir" not in given and base.data_dir == STANDIN_DIR:
         base = base.replace(data_dir=HEAVY_STANDIN_DIR)     # the stand-in whose classes cost unequal reading
     index = prepare_data(base)
@@ -156,14 +163,16 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
                        for k in STRATEGIES} for x in seeds}
     results = by_seed[seeds[0]]
     rows = [(k, *(f"{v:.1f} s" for v in phase_seconds(r)), r.summaries[0]["accuracy"]) for k, r in results.items()]
-    show_table(rows, ["strategy", "steps after the first (slowest rank)", "evaluation (slowest rank)",
-                      f"held-out accuracy (seed {seeds[0]})"])
+    show_table(rows, ["strategy", "steps after the first (slowest rank)",
+                      "BatchNorm recomputed + evaluation (slowest rank)", f"held-out accuracy (seed {seeds[0]})"])
     values = seed_repeats.by_seed_values(by_seed)
     stragglers = {k: [by_seed[x][k].straggler.as_dict() for x in seeds] for k in STRATEGIES}
     steady = {k: [steady_step_s(by_seed[x][k].metric("step_s"), skip=1, ranks="mean") for x in seeds]
               for k in STRATEGIES}
+    bn = dict(bn_rank=bn_ranks.by_seed(by_seed), device_target=base.device_target,   # what bn_claims reads
+              **{k: v for k, v in results[STRATEGIES[0]].summaries[0].items() if k == "sync_batchnorm_error"})
     return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
-                         job_s=time.monotonic() - t0, straggler=stragglers, steady_step_s=steady)
+                         job_s=time.monotonic() - t0, straggler=stragglers, steady_step_s=steady, **bn)
 
 
 def phase_seconds(result) -> tuple[float, float]:
@@ -187,6 +196,19 @@ def seeds_same_start(by_seed: dict) -> bool | None:
     starts = {x.get("start_digest") for results in by_seed.values() for r in results.values()
               for x in r.summaries.values()}
     return all(per_seed) and len(starts) == len(by_seed)
+
+
+def show_payoff(repeats: dict, base, index) -> None:
+    """The measured answer to "does the fix pay off?" (``ch01_repeats.payoff_claim``), as one sentence."""
+    show_md(payoff_sentence(dict(accuracy_by_seed=repeats["accuracy"], num_classes=len(index.classes),
+                                 steps=base.steps, bn_recalibration_batches=base.bn_recalibration_batches,
+                                 bn_rank=repeats.get("bn_rank"), straggler_by_seed=repeats.get("straggler"))))
+
+
+def show_batchnorm(results: dict, repeats: dict):
+    """The ranks' BatchNorm statistics and losses per split: claims, table, heatmaps (``topics.bn_ranks.show``)."""
+    return bn_ranks.show(results, repeats["bn_rank"], repeats["seeds"][0],
+                         " ".join(c.text for c in bn_claims(repeats)))
 
 
 def show_repeats(repeats: dict):
@@ -378,7 +400,9 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
                    final_loss_summary=seed_repeats.summary(repeats["final_loss"]), job_s=repeats["job_s"],
                    lr_schedule=base.lr_schedule, chapter_s=elapsed_s(), straggler_by_seed=repeats.get("straggler"),
                    steady_step_s_by_seed=repeats.get("steady_step_s"),
-                   cores=os.cpu_count(), world_size=base.world_size)
+                   cores=os.cpu_count(), world_size=base.world_size,
+                   bn_recalibration_batches=base.bn_recalibration_batches, bn_rank_means=bn_ranks.means(
+                       repeats.get("bn_rank") or {}), **{k: repeats[k] for k in bn_ranks.CLAIM_KEYS if k in repeats})
         if "accuracy_batch_stats" in repeats:
             out["accuracy_batch_stats_by_seed"] = repeats["accuracy_batch_stats"]
     return out

@@ -10,6 +10,7 @@ an observation. Held-out accuracy, trained over several seeds, gives verdicts co
 from __future__ import annotations
 
 from helpers.conclusions import Claim, claim
+from helpers.conclusions.ch01_batchnorm import bn_claims
 from helpers.conclusions.ch01_repeats import NAMES, repeat_claims
 from helpers.topics.seed_repeats import spread
 NEAR_CHANCE = 2.0   # best accuracy below this many times chance: too few steps to compare the splits
@@ -46,6 +47,7 @@ def chapter01_claims(r: dict) -> list[Claim]:
               "{other}'s ({o:.3f}).",
               s=tv["stratified"], o=others[best_other], other=NAMES[best_other], c=tv["contiguous"]),
         _loss_spread_claim(r),
+        *bn_claims(r),
         _step_time_claim(r),
         *_time_verdict_claim(r),
         *(repeat_claims(r) if len(r.get("seeds", ())) > 1 else [_accuracy_claim(r)]),
@@ -98,7 +100,7 @@ def _loss_spread_claim(r: dict) -> Claim:
     return claim("loss_spread", None,
                  ("The ranks' last losses spread {c:.2f} (std over ranks) under the contiguous split, {o:.2f} at most "
                   "under the others: the weights are the same on every rank, but each contiguous rank's batch holds its own "
-                  "classes and BatchNorm normalises it by that batch's statistics." if spread["contiguous"] > other else
+                  "classes." if spread["contiguous"] > other else
                   "The ranks' last losses spread {c:.2f} (std over ranks) under the contiguous split, not more than "
                   "under the other splits (up to {o:.2f})."),
                  c=spread["contiguous"], o=other)

@@ -8,6 +8,8 @@ preset's few steps) nothing is ranked and only the robust effect, shuffle=False 
 
 from __future__ import annotations
 
+import numpy as np
+
 from helpers.conclusions import Claim, claim
 from helpers.topics.seed_repeats import paired, spread
 
@@ -15,11 +17,17 @@ NAMES = {"contiguous": "contiguous", "distributed": "DistributedSampler(shuffle=
          "distributed_shuffle": "DistributedSampler(shuffle=True)", "stratified": "stratified"}
 NEAR_CHANCE = 2.0        # a split "trained" once its mean accuracy is at least this many times chance
 BLOG_SWING = 0.02        # the source blog's "validation accuracy swinging by 2 %"
+MIN_SEEDS_TO_RANK = 3    # with 2 seeds the paired 95 % interval is 12.7 x the differences' std / sqrt(2) wide
 
 
 def trained(acc: dict, chance: float) -> bool:
     """Whether some split's mean accuracy over the seeds reached ``NEAR_CHANCE`` x chance."""
     return max(spread(v)["mean"] for v in acc.values()) >= NEAR_CHANCE * chance
+
+
+def comparable(acc: dict, chance: float) -> bool:
+    """Whether the splits can be ranked: some split trained, over at least ``MIN_SEEDS_TO_RANK`` seeds."""
+    return trained(acc, chance) and min(len(v) for v in acc.values()) >= MIN_SEEDS_TO_RANK
 
 
 def ranked_pairs(values: dict) -> list[tuple[str, str, dict]]:
@@ -41,8 +49,8 @@ def repeat_claims(r: dict) -> list[Claim]:
     if not acc or min(len(v) for v in acc.values()) < 2:
         return []
     chance = 1.0 / r["num_classes"]
-    out = [_at_chance(acc, chance, r["steps"]), _stratified_vs_shuffle(acc, chance), _ranking(acc, chance),
-           _seed_noise(acc)]
+    out = [payoff_claim(r), _at_chance(acc, chance, r["steps"]), _stratified_vs_shuffle(acc, chance),
+           _ranking(acc, chance), _seed_noise(acc)]
     if r.get("accuracy_batch_stats_by_seed") and trained(acc, chance):
         out.append(_batchnorm(acc, r["accuracy_batch_stats_by_seed"]))
     return out
@@ -73,6 +81,8 @@ def _at_chance(acc: dict, chance: float, steps: int) -> Claim:
     tail = (" every other split beat it beyond the seeds' spread" if not within else
             (" " + ", ".join(beaten) + " beat it beyond the seeds' spread, " if beaten else " ")
             + ", ".join(within) + " not (its own seeds came near chance too)")
+    if d["n"] < MIN_SEEDS_TO_RANK:
+        tail = f" {d['n']} seeds cannot rank the others against it"
     return claim("shuffle_false_chance", at_chance,
                  "DistributedSampler(shuffle=False) on class-sorted data trained at chance: {mean:.3f} ± {std:.3f} "
                  "over {n} seeds (at most {max:.3f}; chance {chance:.2f});" + tail + " (paired, points: {gaps}).",
@@ -91,6 +101,8 @@ def _stratified_vs_shuffle(acc: dict, chance: float) -> Claim:
             "{d:.3f} ± {ds:.3f}; paired difference {diff:+.1f} points (95 % interval {low:+.1f} to {high:+.1f}). ")
     if not trained(acc, chance):
         return claim("stratified_vs_shuffle", None, head + "Neither has trained yet: not compared.", **figures)
+    if not comparable(acc, chance):
+        return claim("stratified_vs_shuffle", None, head + "{n} seeds cannot rank them: not compared.", **figures)
     if p["ranked"] and p["mean"] > 0:
         tail = "The stratified sampler trained better than shuffling, beyond the seeds' spread."
     elif p["ranked"]:
@@ -106,6 +118,9 @@ def _ranking(acc: dict, chance: float) -> Claim:
     """Every pair of splits ranked beyond the seeds' spread, and how many pairs were not (an observation)."""
     if not trained(acc, chance):
         return claim("accuracy_ranking", None, "No split has trained yet: no pair of splits is ranked.")
+    if not comparable(acc, chance):
+        return claim("accuracy_ranking", None, "With {n} seeds no pair of splits is ranked.",
+                     n=min(len(v) for v in acc.values()))
     names = NAMES
     pairs = ranked_pairs(acc)
     total = len(acc) * (len(acc) - 1) // 2
@@ -146,3 +161,64 @@ def _batchnorm(acc: dict, batch: dict) -> Claim:
                  + ("The running statistics, not the sampler, make most of the seed-to-seed noise."
                     if batch_sd < 0.5 * run_sd else
                     "The running statistics do not explain the seed-to-seed noise here."), **figures)
+
+
+def payoff_sentence(r: dict) -> str:
+    """The answer to "does the fix pay off?" from ``r`` (``accuracy_by_seed``, ``num_classes``, ``steps``; with
+    ``bn_rank`` and ``straggler`` the reasons left to stratify): held-out accuracy with BatchNorm statistics
+    recomputed for the weights, over the seeds, ranked only beyond their spread."""
+    return payoff_claim(r).text
+
+
+def payoff_claim(r: dict) -> Claim:
+    """The payoff answer as a claim (an observation; the verdicts are the claims beside it)."""
+    acc, chance = r["accuracy_by_seed"], 1.0 / r["num_classes"]
+    m = {k: spread(v)["mean"] for k, v in acc.items()}
+    p = paired(acc["stratified"], acc["distributed_shuffle"])
+    n = min(len(v) for v in acc.values())
+    how = ("Judged on the weights (BatchNorm statistics recomputed from training batches before evaluating)"
+           if r.get("bn_recalibration_batches") else "Judged with BatchNorm's running statistics")
+    figures = dict(n=n, steps=r["steps"], chance=chance, s=m["stratified"], d=m["distributed_shuffle"],
+                   f=m["distributed"], c=m["contiguous"], diff=100 * p["mean"], low=100 * p["low"],
+                   high=100 * p["high"], ss=spread(acc["stratified"])["std"], ds=spread(acc["distributed_shuffle"])["std"])
+    means = ("stratified {s:.3f}, shuffle=True {d:.3f}, shuffle=False {f:.3f}, contiguous {c:.3f} (means over "
+             "{n} seeds)")
+    if not trained(acc, chance):
+        return claim("payoff", None, how + ", no split reached twice chance ({chance:.2f}) after {steps} steps: "
+                     + means + "; this run cannot say whether stratifying pays off.", **figures)
+    if not comparable(acc, chance):
+        return claim("payoff", None, how + ", after {steps} steps: " + means + "; {n} seeds cannot rank them "
+                     "(stratified minus shuffle=True: {diff:+.1f} points, 95 % interval {low:+.1f} to {high:+.1f}).",
+                     **figures)
+    pair = ("{d:.3f} ± {ds:.3f} against stratified {s:.3f} ± {ss:.3f} over {n} seeds (paired {diff:+.1f} points, "
+            "95 % interval {low:+.1f} to {high:+.1f})")
+    if p["ranked"] and p["mean"] > 0:
+        return claim("payoff", None, how + ", stratifying paid off: shuffle=True reached " + pair + ".", **figures)
+    if p["ranked"]:
+        return claim("payoff", None, how + ", shuffle=True trained better than stratified: " + pair + ".", **figures)
+    false_beaten = paired(acc["distributed_shuffle"], acc["distributed"])
+    lines = (["never shuffle=False on sorted data"] if false_beaten["ranked"] and false_beaten["mean"] > 0 else [])
+    lines.append("shuffle=True suffices for accuracy")
+    reasons = _stratify_reasons(r)
+    if reasons:
+        lines.append("stratify for " + " and ".join(reasons))
+    about_false = (", and shuffle=False on sorted data reached {f:.3f}" if lines[0].startswith("never") else
+                   "; shuffle=False ({f:.3f}) was not beaten beyond the seeds' spread")
+    ahead = sum(x > 0 for x in p["diffs"])
+    return claim("payoff", None, how + ", shuffle=True is as good as stratified for accuracy within the seeds' "
+                 "spread: " + pair.replace(")", f"; stratified ahead in {ahead} of {n})") + about_false + ": "
+                 + "; ".join(lines) + ".", **figures)
+
+
+def _stratify_reasons(r: dict) -> list[str]:
+    """What this run measured in the stratified split's favour besides accuracy: no straggler where the contiguous
+    split had one in every seed, ranks' BatchNorm statistics closer together."""
+    out = []
+    lag = r.get("straggler_by_seed") or {}       # split -> one straggler verdict per seed
+    if (lag.get("contiguous") and all(v["rank"] is not None for v in lag["contiguous"])
+            and lag.get("stratified") and all(v["rank"] is None for v in lag["stratified"])):
+        out.append("balanced time")
+    bn = (r.get("bn_rank") or {}).get("rank_spread")
+    if bn and np.mean(bn["stratified"]) < np.mean(bn["contiguous"]):
+        out.append("per-rank BatchNorm")
+    return out

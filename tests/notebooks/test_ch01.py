@@ -1,6 +1,8 @@
 """Chapter 01 executed with papermill (preset="ci"), then its recorded results asserted."""
 
 
+import json
+
 import pytest
 
 from tests.notebooks.chapter_run import execute
@@ -37,5 +39,20 @@ def test_01_load_imbalance(standin, tmp_path):
     assert set(r["accuracy_by_seed"]) == set(r["final_loss_by_seed"]) == kinds
     claims = {c["id"]: c for c in r["claims"]}
     assert claims["shuffle_false_chance"]["holds"] is True and claims["phases_same_start"]["holds"] is True
-    assert claims["stratified_vs_shuffle"]["holds"] is None, "ci trains too little to compare the fix"
+    assert claims["stratified_vs_shuffle"]["holds"] is None, "ci's 2 seeds and 4 steps cannot compare the fix"
+    # Issue 42: accuracy judged on the weights (precise BN), the payoff answer first in its section; the ranks'
+    # BatchNorm statistics side by side; nn.SyncBatchNorm's refusal on CPU from the run itself
+    assert r["bn_recalibration_batches"] > 0 and claims["bn_rank_statistics"]["holds"] is True
+    assert r["bn_rank_means"]["rank_spread"]["contiguous"] > r["bn_rank_means"]["rank_spread"]["stratified"]
+    assert r["sync_batchnorm_error"].startswith("ValueError") and "refused on CPU" in claims["sync_batchnorm"]["text"]
+    assert claims["payoff"]["text"].startswith("Judged on the weights")
+    assert payoff_first(tmp_path) == claims["payoff"]["text"], "the payoff section opens with the measured answer"
     assert r["chapter_s"] > r["job_s"] > 0 and "min on this machine" in claims["chapter_time"]["text"]
+
+
+def payoff_first(out) -> str:
+    """The first text the executed chapter shows after its payoff heading (section 3)."""
+    cells = json.loads((out / "01_load_imbalance.ipynb").read_text(encoding="utf-8"))["cells"]
+    at = next(i for i, c in enumerate(cells) if "".join(c["source"]).startswith("## 3. Does the fix pay off"))
+    outputs = next(c for c in cells[at + 1:] if c["cell_type"] == "code")["outputs"]
+    return "".join(outputs[0]["data"]["text/markdown"]).strip()

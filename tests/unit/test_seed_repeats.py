@@ -134,3 +134,42 @@ def test_values_by_seed_from_job_results():
     assert v == {"accuracy": {"a": [0.1, 0.2]}, "final_loss": {"a": [2.0, 2.0]},
                  "accuracy_batch_stats": {"a": [0.5, 0.6]}}
     assert "accuracy_batch_stats" not in seed_repeats.by_seed_values({1: {"a": result(0.1)}})
+
+
+def _payoff(acc, **extra):
+    r = {**dict(accuracy_by_seed=acc, num_classes=10, steps=16, bn_recalibration_batches=4), **extra}
+    return by_id(repeat_claims(r))["payoff"].text
+
+
+def test_payoff_answer_when_shuffling_ties_the_fix():
+    """Issue 42: with accuracy judged on the weights, a tie says first and plainly that shuffle=True suffices;
+    the reasons left to stratify are only those this run measured."""
+    tied = dict(zip(KINDS, ([0.80, 0.82, 0.79, 0.81, 0.80], [0.10, 0.12, 0.11, 0.10, 0.10],
+                            [0.94, 0.95, 0.93, 0.94, 0.95], [0.95, 0.94, 0.93, 0.95, 0.94])))
+    text = _payoff(tied)
+    assert text.startswith("Judged on the weights (BatchNorm statistics recomputed") and "as good as stratified" in text
+    assert "stratified ahead in 2 of 5)" in text
+    assert text.endswith("never shuffle=False on sorted data; shuffle=True suffices for accuracy.")
+    lag = {"contiguous": [{"rank": 7}] * 5, "stratified": [{"rank": None}] * 5}
+    bn = {"rank_spread": {"contiguous": [0.05] * 5, "stratified": [0.02] * 5}}
+    assert _payoff(tied, straggler_by_seed=lag, bn_rank=bn).endswith(
+        "never shuffle=False on sorted data; shuffle=True suffices for accuracy; stratify for balanced time and "
+        "per-rank BatchNorm.")
+    one_seed_lag = {"contiguous": [{"rank": 7}, {"rank": None}] + [{"rank": 7}] * 3, "stratified": [{"rank": None}] * 5}
+    assert "balanced time" not in _payoff(tied, straggler_by_seed=one_seed_lag)
+
+
+def test_payoff_answer_ranks_only_beyond_the_spread_and_never_on_two_seeds():
+    better = dict(zip(KINDS, ([0.5] * 3, [0.1] * 3, [0.60, 0.61, 0.62], [0.70, 0.72, 0.71])))
+    assert "stratifying paid off" in _payoff(better)
+    worse = {**better, "stratified": [0.50, 0.52, 0.51]}
+    assert "shuffle=True trained better than stratified" in _payoff(worse)
+    two = {k: v[:2] for k, v in better.items()}
+    assert "2 seeds cannot rank them" in _payoff(two)
+    c = by_id(repeat_claims(dict(accuracy_by_seed=two, num_classes=10, steps=4)))
+    assert c["stratified_vs_shuffle"].holds is None and "2 seeds cannot rank them" in c["stratified_vs_shuffle"].text
+    assert "With 2 seeds no pair of splits is ranked" in c["accuracy_ranking"].text
+    assert "2 seeds cannot rank the others against it" in c["shuffle_false_chance"].text
+    flat = {k: [0.1, 0.11, 0.1] for k in KINDS}
+    assert "no split reached twice chance" in _payoff(flat)
+    assert _payoff(flat, bn_recalibration_batches=0).startswith("Judged with BatchNorm's running statistics")
