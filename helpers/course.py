@@ -29,7 +29,7 @@ from helpers.core.config import ARCH_NAMES, DEVICE_TARGETS
 from helpers.core.errors import CourseError, DataError
 from helpers.core.paths import notebooks_dir, resolve
 from helpers.core.slurm_settings import LAUNCHER_ENV, LAUNCHERS, SLURM_ENV, launcher_defaults
-from helpers.output.site import build_site, claims_line
+from helpers.output.site import build_site, claims_line, handout_links
 
 log = logging.getLogger("helpers.course")
 CHAPTER_PATTERN = "[0-9][0-9]_*.ipynb"
@@ -91,7 +91,7 @@ def to_html(ipynb: Path) -> Path:
 
     body, _ = HTMLExporter().from_notebook_node(nbformat.read(ipynb, as_version=4))
     out = ipynb.with_suffix(".html")
-    out.write_text(body, encoding="utf-8")
+    out.write_text(handout_links(body), encoding="utf-8")     # links to docs/ lead to the run's website
     return out
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
-MARKS = {True: "✓", False: "✗", None: "•"}
+from helpers.output.claims import HEADING, SHOWN, notebook_claims
 
 
 @dataclass(frozen=True)
@@ -34,27 +34,37 @@ def as_records(claims: list[Claim]) -> list[dict]:
     return [asdict(c) for c in claims]
 
 
-SHOWN = 6       # claims in the open list; the rest of the run's claims sit in a collapsed block below it
-ORDER = {False: 0, True: 1, None: 2}     # what failed first, then the verdicts that held, then observations
+def claims_markdown(claims: list[Claim], shown: int = SHOWN, recorded_in: str | None = None) -> str:
+    """The first ``shown`` claims as a ✓/✗/• list, then one line on how many more are recorded, and where."""
+    return notebook_claims(as_records(claims), shown, recorded_in)
 
 
-def claims_markdown(claims: list[Claim], shown: int = SHOWN) -> str:
-    """The claims as a markdown list, each marked ✓, ✗ or • (an observation): failures and verdicts first, the
-    first ``shown`` open and the others in a collapsed ``<details>`` block (every one is still recorded)."""
-    ranked = sorted(claims, key=lambda c: ORDER[c.holds])
-    lines = [f"- {MARKS[c.holds]} {c.text}" for c in ranked]
-    text = "\n".join(lines[:shown])
-    if len(lines) > shown:
-        text += (f"\n\n<details><summary>{len(lines) - shown} more from this run</summary>\n\n"
-                 + "\n".join(lines[shown:]) + "\n\n</details>")
-    return text
+def shown_path(results_path) -> str | None:
+    """``results_path`` as the notebook names it: from the course home when inside it; None when not given."""
+    if not results_path:
+        return None
+    from helpers.core.paths import course_home, resolve
+
+    path, home = resolve(results_path), course_home()
+    return str(path.relative_to(home) if path.is_relative_to(home) else path)
 
 
-def show_claims(claims: list[Claim]) -> list[dict]:
-    """Display the claims as a ✓/✗ list (markdown) and return them as records for ``record_results``."""
+def notebook_results_path() -> str | None:
+    """The running notebook's ``results_path`` parameter (every chapter's parameters cell has one), or None."""
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return None
+    shell = get_ipython()
+    return shell.user_ns.get("results_path") if shell is not None else None
+
+
+def show_claims(claims: list[Claim], results_path=None) -> list[dict]:
+    """Display the claims (``claims_markdown``; ``results_path`` defaults to the notebook's) and return records."""
     from helpers.output.tables import show_md
 
-    show_md("**What this run showed**\n\n" + claims_markdown(claims))
+    where = shown_path(results_path or notebook_results_path())
+    show_md(HEADING + "\n\n" + claims_markdown(claims, recorded_in=where))
     return as_records(claims)
 
 

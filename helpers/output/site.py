@@ -25,8 +25,10 @@ from pathlib import Path
 
 from helpers.core.errors import DataError
 from helpers.core.paths import code_root
+from helpers.output.claims import HEADING, page_claims
 
 START_PAGES = ("README.md", "INSTRUCTOR.md")            # with docs/*.md: the pages every site has
+DOC_PAGES = ("docs/*.md", "docs/appendix/*.md")        # the guides, and each chapter's appendix for experts
 LINK = re.compile(r"(!?)\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^()\s]+)\)")   # [label](target), ![alt](target)
 CODE = re.compile(r"(^(?:```|~~~).*?^(?:```|~~~)[^\n]*$|`[^`\n]*`)", re.DOTALL | re.MULTILINE)
 SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
@@ -68,9 +70,9 @@ def repo_path(target: str, from_rel: str) -> tuple[str, str] | None:
 
 def repo_pages(repo: Path) -> dict[str, str]:
     """The markdown pages of the site, repository path -> site path: README.md (as index.md), INSTRUCTOR.md,
-    docs/*.md and every repository page they link to, and so on."""
+    docs/*.md, the chapters' appendices (docs/appendix/*.md) and every repository page they link to, and so on."""
     todo = [p for p in START_PAGES if (repo / p).is_file()]
-    todo += sorted(p.relative_to(repo).as_posix() for p in (repo / "docs").glob("*.md"))
+    todo += [p.relative_to(repo).as_posix() for pattern in DOC_PAGES for p in sorted(repo.glob(pattern))]
     pages: dict[str, str] = {}
     while todo:
         rel = todo.pop(0)
@@ -119,8 +121,8 @@ def results_html(values, href: str | None) -> str:
 
 def prepare_notebook(src: Path, dest: Path, results_href: str | None) -> dict[str, str]:
     """Copy an executed notebook for the site, its results display made a link and a collapsed block (the dict the
-    recording call returned, the same values again, left out); returns its figures' alt texts by the sha256 of each
-    PNG (the name myst-nb gives the image file)."""
+    recording call returned, the same values again, left out) and its claims list made whole (``all_claims``);
+    returns its figures' alt texts by the sha256 of each PNG (the name myst-nb gives the image file)."""
     nb = json.loads(src.read_text(encoding="utf-8"))
     alts = {}
     for cell in nb.get("cells", []):
@@ -132,12 +134,32 @@ def prepare_notebook(src: Path, dest: Path, results_href: str | None) -> dict[st
                 png = base64.b64decode("".join(data["image/png"]))
                 alts[hashlib.sha256(png).hexdigest()] = alt
             if "application/json" in data:
+                all_claims(outputs, data["application/json"].get("claims"))
                 out["data"] = {"text/html": results_html(data["application/json"], results_href)}
                 out.get("metadata", {}).pop("application/json", None)
                 cell["outputs"] = [o for o in outputs if o.get("output_type") != "execute_result"]
     dest.parent.mkdir(parents=True, exist_ok=True)
     dest.write_text(json.dumps(nb), encoding="utf-8")
     return alts
+
+
+def all_claims(outputs: list[dict], claims: list[dict] | None) -> None:
+    """The notebook shows a chapter's first claims; its page on the site lists every recorded one (in place)."""
+    for out in outputs if claims else []:
+        if "".join(out.get("data", {}).get("text/markdown", "")).startswith(HEADING):
+            out["data"] = {"text/markdown": page_claims(claims)}
+
+
+HANDOUT_LINK = re.compile(r'href="\.\./([^"#:]+)\.md(#[^"]*)?"')   # a chapter's link to a page, from notebooks/
+
+
+def handout_links(body: str) -> str:
+    """A handout's links to repository pages (``../docs/x.md``, from notebooks/) made links into ``site/``."""
+    def one(m: re.Match) -> str:
+        page = "index" if m.group(1) == "README" else m.group(1)
+        return f'href="site/{page}.html{m.group(2) or ""}"'
+
+    return HANDOUT_LINK.sub(one, body)
 
 
 def run_page(run_dir: Path, chapters: list[str]) -> str:
@@ -259,11 +281,13 @@ def write_sources(run_dir: Path, src: Path, repo: Path) -> tuple[list[str], list
 
 
 def nav(pages: dict[str, str], notebooks: list[Path]) -> str:
-    """The start page's navigation: chapters, guides (INSTRUCTOR.md, docs/), the rest, and this run."""
-    guides = [to for rel, to in pages.items() if rel == "INSTRUCTOR.md" or rel.startswith("docs/")]
-    rest = [to for to in pages.values() if to not in guides and to != "index.md"]
-    return (toctree("Chapters", [f"notebooks/{p.name}" for p in notebooks]) + toctree("Guides", guides)
-            + toctree("Reference", rest) + toctree("This run", ["run.md"]))
+    """The start page's navigation: chapters, their appendices, guides (INSTRUCTOR.md, docs/), the rest, this run."""
+    appendices = [to for rel, to in pages.items() if rel.startswith("docs/appendix/")]
+    guides = [to for rel, to in pages.items()
+              if to not in appendices and (rel == "INSTRUCTOR.md" or rel.startswith("docs/"))]
+    rest = [to for to in pages.values() if to not in guides + appendices and to != "index.md"]
+    return (toctree("Chapters", [f"notebooks/{p.name}" for p in notebooks]) + toctree("Appendices", appendices)
+            + toctree("Guides", guides) + toctree("Reference", rest) + toctree("This run", ["run.md"]))
 
 
 def build_site(run_dir: str | Path, out: str | Path | None = None, repo: str | Path | None = None) -> SiteBuild:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from helpers.course import run_chapter, warning_lines
+from helpers.output.claims import SHOWN, ranked
 from helpers.output.prose import notebook_prose
+from helpers.output.site import prepare_notebook
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 MIN_CLAIMS = 4
@@ -65,8 +67,21 @@ def execute(stem: str, tmp_path: Path) -> dict:
     assert (tmp_path / "results" / f"{stem}.json").exists()
     claims = run.results.get("claims", [])
     assert len(claims) >= MIN_CLAIMS, f"{stem} records {len(claims)} computed claims"
-    shown = output_text(run.notebook)
-    for c in claims:
-        assert c["text"] in shown, f"claim {c['id']!r} is recorded but not shown: {c['text']!r}"
-        assert c["holds"] is not False, f"claim {c['id']!r} did not hold in the ci run: {c['text']!r}"
+    check_claims_shown(stem, run.notebook, claims, tmp_path)
     return run.results
+
+
+def check_claims_shown(stem: str, notebook: Path, claims: list[dict], tmp_path: Path) -> None:
+    """The notebook shows the first SHOWN claims and where the rest are; the website page shows all; all hold."""
+    shown = output_text(notebook)
+    for c in ranked(claims)[:SHOWN]:
+        assert c["text"] in shown, f"claim {c['id']!r} is among the first {SHOWN} but not shown: {c['text']!r}"
+    if len(claims) > SHOWN:
+        assert f"{len(claims) - SHOWN} more claim" in shown and f"results/{stem}.json`" in shown, \
+            "the notebook says how many more claims were recorded, and where"
+    page = tmp_path / "site-page" / f"{stem}.ipynb"
+    prepare_notebook(Path(notebook), page, None)
+    listed = output_text(page)
+    for c in claims:
+        assert c["text"] in listed, f"claim {c['id']!r} is recorded but not on the website: {c['text']!r}"
+        assert c["holds"] is not False, f"claim {c['id']!r} did not hold in the ci run: {c['text']!r}"

@@ -13,12 +13,14 @@ import nbformat
 import pytest
 
 from helpers import course
-from helpers.output.site import prepare_notebook, repo_pages, rewrite_links
+from helpers.conclusions import Claim, as_records, claims_markdown
+from helpers.output.site import handout_links, prepare_notebook, repo_pages, rewrite_links
 
 pytestmark = pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")   # Sphinx 11's, in the themes
 
 REPO = Path(__file__).resolve().parents[2]
 CHAPTERS = sorted(p.stem for p in (REPO / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CLAIMS = [Claim(f"c{i}", f"claim number {i} held", True) for i in range(8)]
 
 
 def tiny_png(shade: int = 0) -> str:
@@ -30,20 +32,29 @@ def tiny_png(shade: int = 0) -> str:
 
 
 def fake_executed(path: Path, stem: str, png: str) -> None:
-    """An executed chapter as papermill leaves it: a title, a figure with its alt text, the recorded results shown."""
+    """An executed chapter as papermill leaves it: a title, a figure with its alt text, the claims (the first six and
+    where the rest are) and the recorded results shown; a link to its appendix when it has one, as the chapters do."""
     nb = nbformat.v4.new_notebook(metadata={"kernelspec": {"name": "python3", "display_name": "Python 3",
                                                             "language": "python"}})
     alt = f"Figure: {stem}, loss against step"
     figure = nbformat.v4.new_output("display_data", data={"image/png": png, "text/plain": alt,
                                                           "text/markdown": f"![{alt}](data:image/png;base64,{png})"},
                                     metadata={"image/png": {"alt": alt}})
-    shown = nbformat.v4.new_output("display_data", data={"application/json": {"steps": 4},
+    claims = nbformat.v4.new_output("display_data", data={
+        "text/markdown": "**What this run showed**\n\n" + claims_markdown(CLAIMS, recorded_in=f"results/{stem}.json"),
+        "text/plain": "<IPython.core.display.Markdown object>"})
+    shown = nbformat.v4.new_output("display_data", data={"application/json": {"steps": 4,
+                                                                              "claims": as_records(CLAIMS)},
                                                          "text/plain": "<IPython.core.display.JSON object>"},
                                    metadata={"application/json": {"expanded": True, "root": "root"}})
     returned = nbformat.v4.new_output("execute_result", data={"text/plain": "{'steps': 4}"}, execution_count=2)
-    nb.cells = [nbformat.v4.new_markdown_cell(f"# {stem}\n\nWhat you will see.\n\n## Section one\n\nText."),
+    appendix = REPO / "docs" / "appendix" / f"{stem}.md"
+    details = (f"\n\nDetails for experts: [appendix](../docs/appendix/{stem}.md#errata-of-the-source-blog)."
+               if appendix.is_file() else "")
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {stem}\n\nWhat you will see.\n\n## Section one\n\nText.{details}"),
                 nbformat.v4.new_code_cell("ch.plot()", execution_count=1, outputs=[figure]),
-                nbformat.v4.new_code_cell("record_results(...)", execution_count=2, outputs=[shown, returned])]
+                nbformat.v4.new_code_cell("record_results(...)", execution_count=2,
+                                          outputs=[claims, shown, returned])]
     nbformat.write(nb, path)
 
 
@@ -82,11 +93,22 @@ def test_a_chapter_keeps_its_figures_alt_text_and_links_its_results(tmp_path):
 
     assert alts == {hashlib.sha256(base64.b64decode(png)).hexdigest(): "Figure: 00_x, loss against step"}
     outputs = json.loads((tmp_path / "site" / "00_x.ipynb").read_text())["cells"][2]["outputs"]
-    assert len(outputs) == 1, "the dict record_results returned is the same values: left out"
-    shown = outputs[0]
+    assert len(outputs) == 2, "the dict record_results returned is the same values: left out"
+    listed, shown = outputs
+    page = listed["data"]["text/markdown"]
+    assert all(c.text in page for c in CLAIMS), "the website lists every recorded claim"
+    assert "2 more from this run" in page and "recorded in" not in page
     assert list(shown["data"]) == ["text/html"]
     assert '<a href="../results/00_x.json">00_x.json</a>' in shown["data"]["text/html"]
     assert "&quot;steps&quot;: 4" in shown["data"]["text/html"] and "<details>" in shown["data"]["text/html"]
+
+
+def test_a_handouts_links_to_the_repositorys_pages_lead_to_the_runs_website():
+    body = ('<a href="../docs/appendix/03_x.md#errata-of-the-source-blog">appendix</a> <a href="../README.md">start</a> '
+            '<a href="https://example.org/a.md">web</a> <a href="#here">here</a>')
+    assert handout_links(body) == ('<a href="site/docs/appendix/03_x.html#errata-of-the-source-blog">appendix</a> '
+                                   '<a href="site/index.html">start</a> <a href="https://example.org/a.md">web</a> '
+                                   '<a href="#here">here</a>')
 
 
 class Links(HTMLParser):
@@ -146,6 +168,12 @@ def test_the_real_pages_and_fake_chapters_build_with_no_dead_link(tmp_path, caps
     assert "WARNING" not in said, said                     # Sphinx's warnings are printed: there must be none
     site = run / "site"
     assert not dead_links(site), dead_links(site)
+    for stem in CHAPTERS:
+        appendix = REPO / "docs" / "appendix" / f"{stem}.md"
+        if appendix.is_file():
+            assert f"../docs/appendix/{stem}.html#errata-of-the-source-blog" in parse(
+                site / "notebooks" / f"{stem}.html").hrefs, "a chapter's link to its appendix leads into the site"
+            assert f"../../notebooks/{stem}.html" in parse(site / "docs" / "appendix" / f"{stem}.html").hrefs
     start = parse(site / "index.html").hrefs
     assert all(f"notebooks/{stem}.html" in start for stem in CHAPTERS)      # the README's chapter table
     assert "INSTRUCTOR.html#a-one-day-agenda" in start and "docs/presets.html#what-your-machine-needs" in start
