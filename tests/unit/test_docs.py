@@ -1,16 +1,19 @@
 """The README is a start page and every page it leads to is there (issue 44): README.md at most 120 lines,
-docs/ and INSTRUCTOR.md present, every relative link in README.md, INSTRUCTOR.md and docs/*.md resolving to a
-file (and a ``#anchor`` to one of that file's headings, slugged as GitHub does), and the README's test command
-the one ``.ci/run`` runs."""
+docs/ and INSTRUCTOR.md present, every relative link in README.md, INSTRUCTOR.md, docs/*.md, the chapters'
+appendices (docs/appendix/*.md) and the notebooks' markdown cells resolving to a file (and a ``#anchor`` to one of
+that file's headings, slugged as GitHub does), and the README's test command the one ``.ci/run`` runs."""
 
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 README_MAX_LINES = 120
-PAGES = [REPO / "README.md", REPO / "INSTRUCTOR.md", *sorted((REPO / "docs").glob("*.md"))]
+APPENDICES = sorted((REPO / "docs" / "appendix").glob("*.md"))
+PAGES = [REPO / "README.md", REPO / "INSTRUCTOR.md", *sorted((REPO / "docs").glob("*.md")), *APPENDICES]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
 FENCE = re.compile(r"^```.*?^```", re.S | re.M)   # a fenced code block
 LINK = re.compile(r"(?<!!)\[(?:[^\]\[]|\[[^\]]*\])*\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)")
 
@@ -45,8 +48,10 @@ def anchors(path: Path) -> set[str]:
 
 
 def links(path: Path) -> list[str]:
-    """The relative link targets of a markdown page (web, mail and other schemes left out)."""
-    return [t for t in LINK.findall(prose(path.read_text())) if not re.match(r"[a-z][a-z0-9+.-]*:", t)]
+    """The relative link targets of a markdown page or a notebook's markdown cells (web, mail, ... left out)."""
+    text = path.read_text() if path.suffix != ".ipynb" else "\n\n".join(
+        c.source for c in nbformat.read(path, as_version=4).cells if c.cell_type == "markdown")
+    return [t for t in LINK.findall(prose(text)) if not re.match(r"[a-z][a-z0-9+.-]*:", t)]
 
 
 def shown(path: Path) -> str:
@@ -94,11 +99,20 @@ def test_docs_and_instructor_guide_exist():
     index = (REPO / "README.md", REPO / "docs" / "README.md")
     linked = {(p.parent / t.partition("#")[0]).resolve() for p in index for t in links(p)
               if t.partition("#")[0]}
-    assert not [d.name for d in docs if d.name != "README.md" and d.resolve() not in linked], \
-        "every docs/ page is linked from README.md or docs/README.md"
+    assert not [d.name for d in docs + APPENDICES if d.name != "README.md" and d.resolve() not in linked], \
+        "every docs/ page and chapter appendix is linked from README.md or docs/README.md"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=lambda p: str(p.relative_to(REPO)))
+def test_each_appendix_links_back_to_its_chapter_and_the_chapter_to_it():
+    for page in APPENDICES:
+        chapter = REPO / "notebooks" / f"{page.stem}.ipynb"
+        assert chapter.is_file(), f"{shown(page)}: no chapter {page.stem}.ipynb"
+        assert f"../../notebooks/{chapter.name}" in links(page), f"{shown(page)} links back to its chapter"
+        assert any(t.partition("#")[0] == f"../docs/appendix/{page.name}" for t in links(chapter)), \
+            f"{chapter.name} links to its appendix"
+
+
+@pytest.mark.parametrize("page", PAGES + NOTEBOOKS, ids=lambda p: str(p.relative_to(REPO)))
 def test_relative_links_resolve(page):
     bad = [why for t in links(page) if (why := broken(page, t))]
     assert not bad, f"{shown(page)}: " + "; ".join(bad)
