@@ -13,6 +13,7 @@ from helpers.conclusions import Claim, claim
 from helpers.conclusions.ch01_batchnorm import bn_claims
 from helpers.conclusions.ch01_repeats import NAMES, repeat_claims
 from helpers.topics.seed_repeats import spread
+from helpers.topics.class_load import times
 NEAR_CHANCE = 2.0   # best accuracy below this many times chance: too few steps to compare the splits
 UNEVEN = 2.0        # a split whose heaviest rank reads this many times the mean load per epoch should slow it
 
@@ -120,12 +121,11 @@ def _step_time_claim(r: dict) -> Claim:
     shared = r["cores"] < r["world_size"]
     text = ("The steady step took {c:.2f} s under the contiguous split and {st:.2f} s under the stratified one (mean "
             "of {n} seeds; {ratio:.2f}x)" + (": stratified is shorter beyond the seed-to-seed range ({noise:.2f} s)."
-                                             if shorter else ", not apart beyond the seed-to-seed range "
-                                             "({noise:.2f} s)."))
-    if shared and not shorter:
-        text += (" Here {ranks} ranks share {cores} cores, so the decoding the stratified split spreads over the "
-                 "ranks still queues for the same cores; where each rank has cores of its own (a card's host), "
-                 "the slowest reader sets the step.")
+                                             if shorter else "; the seeds' range ({noise:.2f} s) is too wide to call "
+                                             "either shorter."))
+    if shared:
+        text += (" Here {ranks} ranks share {cores} cores: the decoding a split spreads over the ranks still queues "
+                 "for the same cores, and step times follow the machine's load; the straggler verdict does not.")
     return claim("step_time", None, text, **figures)
 
 
@@ -226,6 +226,7 @@ def _class_load_claim(load: dict) -> Claim:
     """An observation: what the classes cost to read here, and each split's predicted slowest rank from it."""
     p = {k: v["step_max_over_mean"] for k, v in load["predicted"].items()}
     return claim("class_read_cost", None,
-                 "Reading cost per class (decode + resize, {n} images each): the costliest took {ratio:.2f}x the "
+                 "Reading cost per class (decode + resize, {n} images each): the costliest took "
+                 + times(load["cost_ratio"]) + " the "
                  "cheapest; predicted slowest rank per step against the mean: contiguous {c:.2f}x, stratified "
                  "{st:.2f}x.", n=load["sample"], ratio=load["cost_ratio"], c=p["contiguous"], st=p["stratified"])

@@ -149,7 +149,9 @@ def test_one_job_runs_the_splits_and_seeds_as_phases_and_shows_their_time_withou
     base = chapter.job_config("ci", rehearse=False, chapter="01", evaluate=True).replace(world_size=2,
                                                                                          global_batch=4, steps=3)
     results, repeats = chapter.run_strategies(base, "none", one_job=True, seeds=(1, 2))
-    assert len(launched) == 1 and launched[0].phase_samplers == tuple(kinds) and launched[0].phase_seeds == (1, 2)
+    assert len(launched) == 1 and launched[0].phase_samplers == chapter.PHASE_ORDER and launched[0].phase_seeds == (1, 2)
+    assert sorted(chapter.PHASE_ORDER) == sorted(kinds) and chapter.PHASE_ORDER[0] != "contiguous", \
+        "the compiling first phase reads ahead: the contiguous split's slow reader must not start there"
     assert list(results) == kinds and chapter.same_start(results) is True and repeats["same_start"] is True
     assert repeats["accuracy"]["stratified"] == pytest.approx([0.1, 0.2])
     assert repeats["final_loss"]["contiguous"] == pytest.approx([1.1, 1.2])

@@ -344,7 +344,7 @@ def test_ch01_step_time_over_seeds_says_whether_the_cores_are_shared():
     base = dict(ch01(), cores=2, world_size=8)
     same = by_id(chapter01_claims(dict(base, steady_step_s_by_seed={"contiguous": [0.50, 0.56],
                                                                     "stratified": [0.49, 0.55]})))["step_time"]
-    assert "0.53 s under the contiguous split and 0.52 s" in same.text and "not apart beyond" in same.text
+    assert "0.53 s under the contiguous split and 0.52 s" in same.text and "too wide to call either shorter" in same.text
     assert "8 ranks share 2 cores" in same.text
     apart = by_id(chapter01_claims(dict(base, cores=16, steady_step_s_by_seed={"contiguous": [0.80, 0.82],
                                                                                "stratified": [0.50, 0.52]})))
