@@ -37,7 +37,7 @@ def _rank_statistics(figures: dict) -> Claim:
                        if k not in ("contiguous", "stratified"))
     return claim("bn_rank_statistics", c > s,
                  "Contiguous ranks' BatchNorm batch means sat {c:.3f} channel std apart, stratified ones {s:.3f} "
-                 "({others}; std over ranks, mean over layers and {n} seeds).",
+                 "(std over ranks, mean over layers and {n} seeds).",
                  "The ranks' BatchNorm batch means were not further apart under the contiguous split ({c:.3f} channel "
                  "std) than under the stratified one ({s:.3f}; {others}; {n} seeds).",
                  c=c, s=s, n=n, others=others, ratio=c / s if s else float("inf"))

@@ -176,7 +176,7 @@ def payoff_claim(r: dict) -> Claim:
     m = {k: spread(v)["mean"] for k, v in acc.items()}
     p = paired(acc["stratified"], acc["distributed_shuffle"])
     n = min(len(v) for v in acc.values())
-    how = ("Judged on the weights (BatchNorm statistics recomputed from training batches before evaluating)"
+    how = ("Judged on the weights (precise BN: BatchNorm statistics recomputed before evaluating)"
            if r.get("bn_recalibration_batches") else "Judged with BatchNorm's running statistics")
     figures = dict(n=n, steps=r["steps"], chance=chance, s=m["stratified"], d=m["distributed_shuffle"],
                    f=m["distributed"], c=m["contiguous"], diff=100 * p["mean"], low=100 * p["low"],

@@ -147,7 +147,7 @@ def test_payoff_answer_when_shuffling_ties_the_fix():
     tied = dict(zip(KINDS, ([0.80, 0.82, 0.79, 0.81, 0.80], [0.10, 0.12, 0.11, 0.10, 0.10],
                             [0.94, 0.95, 0.93, 0.94, 0.95], [0.95, 0.94, 0.93, 0.95, 0.94])))
     text = _payoff(tied)
-    assert text.startswith("Judged on the weights (BatchNorm statistics recomputed") and "as good as stratified" in text
+    assert text.startswith("Judged on the weights (precise BN: BatchNorm statistics recomputed") and "as good as stratified" in text
     assert "stratified ahead in 2 of 5)" in text
     assert text.endswith("never shuffle=False on sorted data; shuffle=True suffices for accuracy.")
     lag = {"contiguous": [{"rank": 7}] * 5, "stratified": [{"rank": None}] * 5}
