@@ -100,9 +100,9 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                 load_state(step, states[k])
                 started.setdefault(k, state_digest(step_state(step)))    # what this phase really started from
                 t0 = time.perf_counter()
-                # a split's pipeline starts with its first steps, so no split reads ahead while another trains
-                it = data[k] if k in data else data.setdefault(k, built[k].create_tuple_iterator(num_epochs=-1))
-                run_steps(step, it, chunk, phase_name(k, seed), done)
+                if k not in data:    # a split's pipeline starts with its steps: none reads ahead while another trains
+                    data[k] = built[k].create_tuple_iterator(num_epochs=-1)
+                run_steps(step, data[k], chunk, phase_name(k, seed), done)
                 spent[k] = spent.get(k, 0.0) + time.perf_counter() - t0
                 states[k] = step_state(step)
                 done += len(chunk)
