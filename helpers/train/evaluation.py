@@ -62,20 +62,22 @@ def evaluate(cfg: JobConfig, net, rank: int, world: int, batch_stats: bool = Fal
         pred = net(ms.Tensor(images)).asnumpy()[:n].argmax(axis=1)
         correct += int((pred == labels).sum())
         total += n
+    beat(total, last=True)     # this rank's shard is done: a rank still evaluating is now the one the sum waits for
     net.set_train(True)
     c, t = _SumOverRanks()([correct, total]) if world > 1 else (correct, total)
     return float(c / max(t, 1))
 
 
 class _EvalBeat:
-    """Writes an ``evaluating`` record (images done so far) on its first call and then at most every ``EVAL_BEAT_S``."""
+    """Writes an ``evaluating`` record (images done so far) on its first call, then at most every ``EVAL_BEAT_S``, and
+    on the ``last`` call."""
 
     def __init__(self, out):
         self.out, self.last = out, None
 
-    def __call__(self, images_done: int) -> None:
+    def __call__(self, images_done: int, last: bool = False) -> None:
         now = time.monotonic()
-        if self.out is not None and (self.last is None or now - self.last >= EVAL_BEAT_S):
+        if self.out is not None and (last or self.last is None or now - self.last >= EVAL_BEAT_S):
             self.out.write(EVAL_EVENT, images=images_done)
             self.last = now
 
