@@ -173,11 +173,13 @@ class SlurmLauncher:
         return Verdict("node_lost", None, f"node {name} (ranks {i * self.local}-{(i + 1) * self.local - 1}) was lost: "
                        f"{why}", tail=node_log_tail(self.run_dir, i, name))
 
-    def unshared(self) -> Verdict | None:
+    def unshared(self, crashed: bool = False) -> Verdict | None:
         """Every node writes its token into the run directory; missing ones after a while (or once the job has
-        ended): the run directory is not on a filesystem every node sees."""
-        ended = self.state is None or not self.state.active
-        if self._running_since is None or (not ended and time.monotonic() - self._running_since < SHARED_FS_WAIT_S):
+        ended, or ``crashed``: msrun died before any worker, and a node said it cannot see the run directory):
+        the run directory is not on a filesystem every node sees."""
+        ended = crashed or self.state is None or not self.state.active
+        if (self._running_since is None and not crashed) or (
+                not ended and time.monotonic() - self._running_since < SHARED_FS_WAIT_S):
             return None
         seen = {p.name for p in self.slurm_dir.glob("node_*") if self.token in p.read_text()}
         missing = [n for i, n in enumerate(self.nodes) if f"node_{i}" not in seen]
@@ -186,7 +188,7 @@ class SlurmLauncher:
             return None
         said = [line for p in self.slurm_dir.glob("batch-*.log") for line in p.read_text(errors="replace").splitlines()
                 if "cannot see" in line]
-        if not said and not ended and time.monotonic() - self._running_since < 2 * SHARED_FS_WAIT_S:
+        if not said and (crashed or not ended and time.monotonic() - self._running_since < 2 * SHARED_FS_WAIT_S):
             return None     # a node slow to start (a loaded machine) has not said why yet: wait for its own words
         return Verdict("crash", None, f"node(s) {', '.join(missing)} did not write their token into {self.run_dir}: "
                        "the run directory must be on a filesystem every node sees (set COURSE_HOME or run_root to a "
