@@ -193,10 +193,8 @@ def _watch_loop(cfg: JobConfig, run_dir: Path, launcher, bar, job_id: str, t0: f
         time.sleep(POLL_S)
         watch.poll()
         verdict = launcher.check(watch, bar) or watch.verdict() or watch.stall()
-        if verdict and verdict.kind == "crash" and verdict.rank is None and hasattr(launcher, "unshared"):
-            # msrun killed before any worker (Slurm ends the step when one node fails): that node's reason first
-            verdict = launcher.unshared(crashed=True) or verdict
         if verdict:
+            verdict = launcher.explain(verdict)
             fail(launcher, job_id, bar, run_dir, verdict, cfg)
         if len(watch.summaries) == cfg.world_size:
             # Every rank has written its summary (fsync'ed): the job's work is done, what is left is

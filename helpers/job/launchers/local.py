@@ -55,6 +55,10 @@ class LocalLauncher:
     def exit_text(self) -> str:
         return "msrun exited"
 
+    def explain(self, verdict):
+        """The watch's verdict as it stands: one machine has no other reason to give."""
+        return verdict
+
     def check(self, watch, bar):
         """A failure only the launcher sees (none here: msrun's processes are the watch's)."""
         return None

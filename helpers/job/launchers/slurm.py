@@ -155,6 +155,13 @@ class SlurmLauncher:
             return Verdict("interrupted", None, (self.slurm_dir / "lease_expired").read_text().strip())
         return self.unshared()
 
+    def explain(self, verdict: Verdict) -> Verdict:
+        """A crash without a rank (msrun killed before any worker: Slurm ends the step when one node fails) gets
+        that node's own reason when it said it cannot see the run directory."""
+        if verdict.kind == "crash" and verdict.rank is None:
+            return self.unshared(crashed=True) or verdict
+        return verdict
+
     def lost_node(self, force: bool = False) -> Verdict | None:
         """A node of the job that Slurm reports DOWN / NOT_RESPONDING, with that node's own log tail."""
         now = time.monotonic()
