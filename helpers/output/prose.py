@@ -1,7 +1,8 @@
 """Counts the prose a reader meets in an executed chapter: its markdown cells and the markdown its cells print.
 
-Tables, code blocks, images and collapsed ``<details>`` blocks (a chapter's appendix) are not prose to read
-through, so they are left out; a line of words is counted as ``str.split`` counts it.
+Every word on the page counts, tables and collapsed ``<details>`` blocks included (a table's notes are read like
+any sentence); only images and HTML tags are left out. A word is what the course's convention check counts: a run
+of letters, digits and ``'.,%+-/_`` starting with a letter or digit, so table rules and bullets are not words.
 
     python -m helpers.output.prose runs/course/ci/*.ipynb
 """
@@ -13,25 +14,14 @@ import re
 import sys
 from pathlib import Path
 
-FENCE = re.compile(r"^\s*(```|~~~)")
-DETAILS_OPEN, DETAILS_CLOSE = re.compile(r"<details\b", re.I), re.compile(r"</details>", re.I)
 IMAGE = re.compile(r"!\[[^\]]*\]\([^)]*\)")
 TAG = re.compile(r"<[^>]+>")
+WORD = re.compile(r"[A-Za-z0-9][\w'.,%+\-/]*")
 
 
 def prose_words(markdown: str) -> int:
-    """Words in ``markdown`` outside tables, fenced code, images, HTML tags and ``<details>`` blocks."""
-    words, fenced, details = 0, False, 0
-    for line in markdown.splitlines():
-        if FENCE.match(line):
-            fenced = not fenced
-            continue
-        opened, closed = len(DETAILS_OPEN.findall(line)), len(DETAILS_CLOSE.findall(line))
-        was_inside, details = details, max(0, details + opened - closed)
-        if fenced or was_inside or opened or line.lstrip().startswith("|"):
-            continue
-        words += len(TAG.sub(" ", IMAGE.sub(" ", line)).split())
-    return words
+    """Words in ``markdown``, tables and collapsed blocks included, images and HTML tags left out."""
+    return len(WORD.findall(TAG.sub(" ", IMAGE.sub(" ", markdown))))
 
 
 def notebook_prose(ipynb) -> dict:

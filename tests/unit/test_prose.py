@@ -11,10 +11,10 @@ from helpers.output.prose import notebook_prose, prose_words
 
 
 
-def test_prose_leaves_out_tables_code_images_tags_and_collapsed_blocks():
-    text = ("## Two words\n\n| a | b |\n|---|---|\n```\ncode here\n```\n![Figure: x y](data:png)\n"
-            "<details><summary>appendix words</summary>\n\nmany more words here\n\n</details>\none <b>two</b>")
-    assert prose_words(text) == 3 + 2     # '## Two words' and 'one two'
+def test_prose_counts_tables_and_collapsed_blocks_and_leaves_out_images_and_tags():
+    text = ("## Two words\n\n| a | b |\n|---|---|\n![Figure: x y](data:png)\n"
+            "<details><summary>appendix words</summary>\n\nmore words\n\n</details>\none <b>two</b> - 3.5 %")
+    assert prose_words(text) == 2 + 2 + 2 + 2 + 3    # 'Two words', 'a b', 'appendix words', 'more words', 'one two 3.5'
 
 
 def test_a_notebook_counts_its_markdown_cells_and_its_markdown_outputs(tmp_path):
