@@ -156,6 +156,10 @@ def test_the_course_website_has_no_dead_link_and_shows_every_figure(chromium, ex
             pages, broken = crawl(page, base + "index.html")
             page.goto(base + "search.html?q=accumulation")
             page.wait_for_selector("#search-results ul.search li", timeout=30_000)
+            # Sphinx's search fetches each hit's page for its summary; leaving before they end aborts them
+            page.wait_for_function("document.querySelector('#search-results .search-summary')"
+                                   "?.innerText.startsWith('Search finished')", timeout=30_000)
+            page.wait_for_load_state("networkidle")
             hits = page.locator("#search-results ul.search li a").all_inner_texts()
             page.goto(base + "notebooks/" + built.chapters[-1] + ".html")
             page.screenshot(path=str(tmp_path / "site_chapter.png"))
