@@ -1,4 +1,4 @@
-"""Chapter 00's steps (notebooks/00_environment_setup.ipynb): the pre-flight table, the convolution choice, the
+"""Chapter 00's steps (notebooks/00_environment_setup.ipynb): the pre-flight verdict, the convolution choice, the
 code cell's job summary and checksums, the same cell on 2 nodes and through Slurm, the errata checks and the values
 the chapter records.
 
@@ -19,7 +19,7 @@ from helpers.core.rehearsal import stand_in_rows
 from helpers.job.launch import msrun_command
 from helpers.job.multinode import two_node_unavailable
 from helpers.preflight.preflight import preflight_checks
-from helpers.output.tables import show_md, show_table
+from helpers.output.tables import md_table, show_md, show_table
 from helpers.topics.averaging import first_update_check
 from helpers.train.conv_autoselect import resolve_conv_impl
 
@@ -43,14 +43,32 @@ def shows_stand_ins(cfg, preset: str) -> bool:
 
 
 def preflight_rows(checks) -> list[tuple]:
-    """Table rows (check, value, ✅/❌, note) for the preflight checks."""
-    return [(c.name, c.value, "✅" if c.ok else "❌", c.note) for c in checks]
+    """Table rows (check, value, ✅/⚠️/❌, note) for the preflight checks."""
+    return [(c.name, c.value, "❌" if not c.ok else "⚠️" if c.warn else "✅", c.note) for c in checks]
+
+
+def preflight_md(checks) -> str:
+    """A one-line verdict, the failed and warned checks in full (what they mean, the fix), then the passed ones
+    compact (check, found): the reader's eye goes to what needs doing."""
+    failed = [c for c in checks if not c.ok]
+    warned = [c for c in checks if c.ok and c.warn]
+    passed = [c for c in checks if c.ok and not c.warn]
+    verdict = (f"**Pre-flight: {len(failed)} of {len(checks)} checks failed**" if failed
+               else f"**Pre-flight: all {len(checks)} checks passed**")
+    verdict += f", {len(warned)} with a warning" if warned else ""
+    parts = [verdict + (": the fixes are in the first table." if failed else ".")]
+    if failed or warned:
+        parts.append(md_table(preflight_rows(failed + warned), ["check", "found", "ok", "what it means / the fix"]))
+    if passed:
+        parts.append(md_table([(c.name, c.value) for c in passed], ["passed", "found"]))
+    return "\n\n".join(parts)
 
 
 def show_preflight(cfg, preset: str) -> list[str]:
-    """The pre-flight table for this config (and, where it applies, the stand-in table); the failed checks' names."""
+    """The pre-flight verdict and tables for this config (and, where it applies, the stand-in table); the failed
+    checks' names."""
     checks = preflight_checks(cfg, preset)
-    show_table(preflight_rows(checks), ["check", "found", "ok", "what it means / the fix"])
+    show_md(preflight_md(checks))
     if shows_stand_ins(cfg, preset):
         card = f", standing for {cfg.rehearsed_target}" if cfg.rehearsed_target else ""
         show_md(f"**Which parts ran as on the cards** (device target {cfg.device_target}{card}):")
@@ -62,12 +80,12 @@ def show_preflight(cfg, preset: str) -> list[str]:
 def conv_choice_md(cfg, impl: str, evidence: dict, bench: dict) -> str:
     """Which convolution runs and why, this run's timing (when measured) next to the committed benchmark."""
     times = evidence.get("seconds_per_step")
-    detail = (f" Measured on `{evidence['cpu']}`: native {times['native']:.3f} s/step, im2col {times['im2col']:.3f} "
-              f"s/step (native/im2col = {times['native'] / times['im2col']:.2f})." if times else "")
-    return (f"This run uses **conv_impl = `{impl}`** on **{cfg.device_target}**: {evidence['reason']}.{detail}  \n"
-            f"Committed benchmark (`benchmarks/results/conv_cpu.json`, {bench['cpu']}, {bench['date']}): native "
-            f"convolution took **{bench['min_ratio']:.1f}-{bench['max_ratio']:.1f}x** as long as im2col over its "
-            f"{bench['cases']} cases (ResNet blocks and whole steps).")
+    why = (f"timed here (`{evidence['cpu']}`) per training step: native {times['native']:.3f} s, im2col "
+           f"{times['im2col']:.3f} s (native/im2col = {times['native'] / times['im2col']:.2f})" if times
+           else evidence["reason"])
+    return (f"This run uses **conv_impl = `{impl}`** on **{cfg.device_target}**: {why}.  \n"
+            f"Committed benchmark (`benchmarks/results/conv_cpu.json`, {bench['cpu']}): native took "
+            f"**{bench['min_ratio']:.1f}-{bench['max_ratio']:.1f}x** as long as im2col over its {bench['cases']} cases.")
 
 
 def choose_conv_impl(cfg):
@@ -146,16 +164,26 @@ def checksum_rows(result) -> list[tuple]:
              f"{result.returns[r][WEIGHTS_SUM]:.6f}") for r in result.ranks]
 
 
+def checksum_md(result) -> str:
+    """Each rank's step-1 loss on its own data, then how many distinct sha256 (and sums) of the trainable weights
+    the ranks ended with: one line each, as the full per-rank values are in the cell's own table above."""
+    rows = checksum_rows(result)
+    shas, sums = sorted({r[2] for r in rows}), sorted({r[3] for r in rows})
+    return (f"Step-1 loss per rank {rows[0][0]}-{rows[-1][0]} (own data): "
+            f"{', '.join(r[1] for r in rows)}.  \n"
+            f"Weights at the end: **{len(shas)} distinct sha256** over the {len(rows)} ranks "
+            f"({', '.join(f'`{h}`' for h in shas)}), sum {', '.join(sums)}.")
+
+
 def show_rank_checksums(result) -> None:
-    """Each rank's step-1 loss on its own data next to the sha256 and sum of its trainable weights."""
-    show_table(checksum_rows(result), ["rank", "loss at step 1 (own data)", "sha256 of the weights",
-                                       "sum of the weights"])
+    """Each rank's step-1 loss on its own data, then the distinct sha256 and sums of the ranks' trainable weights."""
+    show_md(checksum_md(result))
 
 
 def averaging_rows(check: dict) -> list[tuple]:
     """The ranks' weights after update 1 against one process's update with the mean and with the sum."""
-    return [("the mean of the ranks' gradients", f"{check['vs_mean']:.1e}"),
-            ("the sum of the ranks' gradients", f"{check['vs_sum']:.2f}"),
+    return [("the gradients' mean", f"{check['vs_mean']:.1e}"),
+            ("the gradients' sum", f"{check['vs_sum']:.2f}"),
             (f"the mean, furthest parameter ({check['worst_parameter']})", f"{check['worst_parameter_vs_mean']:.1e}")]
 
 
@@ -166,8 +194,7 @@ def show_averaging(result) -> dict:
     if "skipped" in check:
         show_md(f"**Not checked:** {check['skipped']}.")
         return check
-    show_table(averaging_rows(check), ["one process applied update 1 with", "distance of the ranks' weights "
-                                       "(in sizes of the mean update)"])
+    show_table(averaging_rows(check), ["update 1 replayed with", "rank 0's distance (sizes of the mean update)"])
     return check
 
 
@@ -196,7 +223,7 @@ def show_two_node_comparison(cfg, result, multi, skipped: str) -> dict:
     show_md(f"2 nodes x {cfg.world_size // 2} workers: **{len(multi.ranks)} ranks** finished "
             f"(logs per node: {', '.join(nodes)}).")
     show_table(two_node_rows(result, multi, cmp),
-               ["step", "largest |loss difference| over the ranks, 1 node vs 2 nodes"])
+               ["step", "largest |loss difference| over the ranks, 1 vs 2 nodes"])
     return cmp
 
 
@@ -227,10 +254,8 @@ def show_on_a_cluster(cfg, result, progress: str = "auto"):
     scfg = slurm_config(cell_config(cfg, job["files"]))
     reason = slurm_unreachable()
     if reason:
-        show_md(f"**No Slurm cluster here** ({reason}). `run_job` would submit this batch script with "
-                "`sbatch --parsable` (`<token>` is a fresh random value per job). Point the notebook at a cluster "
-                "with `launcher=\"slurm\", slurm={\"nodes\": 2, \"partition\": \"<yours>\"}` in the parameters cell, "
-                "or `export COURSE_LAUNCHER=slurm COURSE_SLURM='{\"nodes\": 2}'` before starting Jupyter.")
+        show_md(f"**No Slurm cluster here** ({reason}). The batch script `run_job` would submit with "
+                "`sbatch --parsable` (`<token>` is random per job):")
         print(script_preview(scfg, resolve(f"runs/{cfg.chapter}/<stamp>-slurm"), worker=job["worker"]))
         return None
     multi = run_job(scfg, progress=progress, **job)

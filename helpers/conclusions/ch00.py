@@ -16,9 +16,8 @@ from helpers.core.card_settings import ASCEND_KEEP_DTYPE, GPU_CONV_TF32, GPU_DET
 
 # What the chapter's introduction promises for the 2-node job: what ``two_node_comparison`` measures and
 # ``_two_node_claims`` judges, both ways (the notebook's introduction quotes it; a unit test checks it does).
-TWO_NODE_INTRO = ("the same job as **2 nodes x 4 workers** and how that maps to two real servers, compared with the "
-                  "single-node job bit for bit: every rank's loss at every step and the final parameter checksum "
-                  "(the claims at the end say whether they matched, and on a card what the demo does not show)")
+TWO_NODE_INTRO = ("the same job as **2 nodes x 4 workers**, compared bit for bit with 1 node: every rank's loss at "
+                  "every step and the final checksum")
 
 
 # ----------------------------------------------------------------------------------------- figures
@@ -114,9 +113,9 @@ def averaging_claim(a: dict, world: int) -> Claim:
     if "skipped" in a:
         return claim("gradients_averaged", None, "Averaging was not checked: {why}.", why=a["skipped"])
     return claim("gradients_averaged", a["averaged"],
-                 "Rank 0's weights after update 1 are one process's update with the mean of the {world} ranks' "
-                 "gradients, to {vs_mean:.0e} of its size (every parameter within {worst_gap:.0e}), and {vs_sum:.1f} "
-                 "sizes from the update with their sum: the ranks averaged their gradients.",
+                 "Rank 0's update 1 is one process's update with the {world} ranks' mean gradient to {vs_mean:.0e} "
+                 "of its size (every parameter within {worst_gap:.0e}), {vs_sum:.1f} sizes from the sum's: the "
+                 "gradients were averaged.",
                  "Rank 0's weights after update 1 are {vs_mean:.2g} sizes from one process's mean-gradient update "
                  "and {vs_sum:.2g} from the sum's (furthest: {worst}, {worst_gap:.2g}; same batches: {same}): the "
                  "update was not the mean gradient.",
@@ -133,9 +132,8 @@ def chapter00_claims(r: dict) -> list[Claim]:
               "Only {finished} of {world} ranks ran all {steps} steps.",
               finished=finished, world=world, steps=steps),
         claim("weights_identical", r["weights_identical"] and r["distinct_first_batches"] > 1,
-              "All {world} ranks ended with bit-identical parameters (one sha256) although their first batches "
-              "had {distinct} different class mixes: every rank applied the same updates (synchronised; a sum of "
-              "the gradients would pass this check too).",
+              "All {world} ranks ended with one parameter sha256 after first batches of {distinct} different "
+              "class mixes: they applied the same updates.",
               "The ranks did not end with one parameter checksum, or they all read the same batch "
               "({distinct} distinct first-step class mixes): synchronisation is not shown.",
               world=world, distinct=r["distinct_first_batches"]),
@@ -220,8 +218,8 @@ def _two_node_claims(r: dict) -> list[Claim]:
         "launch and compares the results; the path and speed of a link between servers are not measured here.")]
     same_start = cmp["same_data"] and cmp["first_losses_equal"]
     out = [claim("two_node_same_start", same_start and r["multinode_weights_identical"],
-                 "As 2 nodes x {half} workers, every rank read the same batches as in the single-node job, its "
-                 "step-1 loss was bit-identical, and all {world} ranks again ended with one checksum.",
+                 "As 2 nodes x {half} workers every rank read the same batches as on 1 node, with a bit-identical "
+                 "step-1 loss, and all {world} ranks again ended with one checksum.",
                  "The 2-node job did not reproduce the single-node start (same data: {data}, step-1 losses equal: "
                  "{first}, one checksum on all ranks: {ident}).",
                  half=r["multinode_world_size"] // 2, world=r["multinode_world_size"], data=cmp["same_data"],
@@ -241,10 +239,9 @@ def _two_node_claims(r: dict) -> list[Claim]:
             wrong = ("The final checksums differ and the losses first differ at step {first} by {d:.1e}: more than "
                      "float rounding, or after a different start, so the two jobs did not compute the same steps.")
         out.append(claim("two_node_checksum", consistent and rounding,
-                         "The final checksums differ: the losses first differ at step {first} (by {d:.1e}, float "
-                         "rounding) after {prev} bit-identical step(s), so the averaged gradient of step {prev} "
-                         "already differed in its last bits: the AllReduce adds the {world} gradients in another "
-                         "order when the ranks span two nodes (float addition is not associative); parameter sums "
+                         "The final checksums differ: the losses first differ at step {first} by {d:.1e} (float "
+                         "rounding) after {prev} bit-identical step(s): across two nodes the AllReduce adds the "
+                         "{world} gradients in another order (float addition is not associative); parameter sums "
                          "differ by {rel:.1e} (relative).",
                          wrong, first=first, prev=first - 1, d=cmp["loss_diff_at_divergence"],
                          world=r["multinode_world_size"], rel=cmp["param_sum_rel_diff"]))

@@ -27,9 +27,9 @@ def chapter_memory_rows(cfg, preset: str) -> list[tuple[str, str, int, str]]:
     train_precision = "fp32" if cfg.amp_level == "O0" else "mixed"
     per_card = cfg.batch_per_rank
     big, big_batch = ("resnet152", 64) if preset == "gpu8" and not cfg.rehearsal else (cfg.arch, per_card)
-    return [("00, 01, 03: training with the preset", cfg.arch, per_card, train_precision),
-            ("02: the full batch (float32)", big, big_batch, "fp32"),
-            ("04: the AMP sweep's O0 job (float32)", cfg.arch, per_card, "fp32")]
+    return [("00, 01, 03: training", cfg.arch, per_card, train_precision),
+            ("02: full batch", big, big_batch, "fp32"),
+            ("04: AMP sweep, O0", cfg.arch, per_card, "fp32")]
 
 
 def memory_checks(cfg, preset: str, card_gib: float | None, unit: str = "GiB") -> list[Check]:

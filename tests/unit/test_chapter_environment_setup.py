@@ -51,14 +51,26 @@ def test_the_stand_in_table_shows_for_a_rehearsal_or_gpu8_on_a_card():
 
 
 def test_preflight_rows_mark_each_check():
-    rows = chapter.preflight_rows([Check("a", "1", True, "fine"), Check("b", "2", False, "fix it")])
-    assert rows == [("a", "1", "✅", "fine"), ("b", "2", "❌", "fix it")]
+    rows = chapter.preflight_rows([Check("a", "1", True, "fine"), Check("b", "2", False, "fix it"),
+                                   Check("c", "3", True, "watch it", warn=True)])
+    assert rows == [("a", "1", "✅", "fine"), ("b", "2", "❌", "fix it"), ("c", "3", "⚠️", "watch it")]
+
+
+def test_preflight_shows_a_verdict_the_problems_in_full_and_the_passed_checks_compact():
+    text = chapter.preflight_md([Check("a", "1", True, "fine"), Check("b", "2", False, "fix it"),
+                                 Check("c", "3", True, "watch it", warn=True)])
+    verdict, problems, passed = text.split("\n\n")
+    assert verdict == "**Pre-flight: 1 of 3 checks failed**, 1 with a warning: the fixes are in the first table."
+    assert "| b | 2 | ❌ | fix it |" in problems and "| c | 3 | ⚠️ | watch it |" in problems
+    assert passed.splitlines()[0] == "| passed | found |" and "| a | 1 |" in passed and "fine" not in text
+    clean = chapter.preflight_md([Check("a", "1", True, "fine")])
+    assert clean == "**Pre-flight: all 1 checks passed**.\n\n| passed | found |\n|---|---|\n| a | 1 |"
 
 
 def test_the_rehearsal_preflight_shows_its_stand_ins_and_fails_nothing(shown):
     cfg = job_config("gpu8", rehearse=True)
     assert chapter.show_preflight(cfg, "gpu8") == []
-    assert shown[0][1][0] == "check" and "Which parts ran as on the cards" in shown[1]
+    assert shown[0].startswith("**Pre-flight: all ") and "Which parts ran as on the cards" in shown[1]
     assert shown[2][1] == ["on 8 cards", "in this run", "where the branch is"]
 
 
@@ -67,11 +79,12 @@ def test_conv_sentence_quotes_this_runs_timing_and_the_benchmark():
     cfg = SimpleNamespace(device_target="CPU")
     timed = chapter.conv_choice_md(cfg, "im2col", {"reason": "measured", "cpu": "Xeon",
                                                    "seconds_per_step": {"native": 0.5, "im2col": 0.25}}, bench)
-    assert "**conv_impl = `im2col`** on **CPU**: measured." in timed and "native/im2col = 2.00" in timed
+    assert "**conv_impl = `im2col`** on **CPU**: timed here (`Xeon`) per training step: native 0.500 s" in timed
+    assert "native/im2col = 2.00" in timed
     assert "**1.2-3.4x** as long as im2col over its 6 cases" in timed
     native = chapter.conv_choice_md(SimpleNamespace(device_target="GPU"), "native",
                                     {"reason": "native kernels are the fast ones on GPU"}, bench)
-    assert "Measured on" not in native and "conv_impl = `native`" in native
+    assert "timed" not in native and "conv_impl = `native`" in native and "the fast ones on GPU." in native
 
 
 def test_msrun_command_line_names_the_ranks_and_the_placeholder_paths(ci):
@@ -96,6 +109,9 @@ def test_checksum_rows_and_distinct_first_batches(tmp_path, ci):
     result = fake_result(tmp_path, ci, [[2.0, 1.9, 1.8], [2.1, 2.0, 1.9]])
     assert chapter.distinct_first_batches(result) == 2
     assert chapter.checksum_rows(result) == [(0, "2.0000", "ab" * 8, "12.500000"), (1, "2.1000", "ab" * 8, "12.500000")]
+    assert chapter.checksum_md(result) == ("Step-1 loss per rank 0-1 (own data): 2.0000, 2.1000.  \n"
+                                           f"Weights at the end: **1 distinct sha256** over the 2 ranks (`{'ab' * 8}`), "
+                                           "sum 12.500000.")
 
 
 def test_two_node_demo_skip_reason(ci, monkeypatch):
@@ -196,5 +212,5 @@ def test_averaging_is_skipped_with_a_reason_when_the_cell_saved_no_weights(tmp_p
 def test_averaging_rows_show_both_distances_and_the_furthest_parameter():
     rows = chapter.averaging_rows(dict(vs_mean=4.1e-6, vs_sum=7.0, worst_parameter="fc.weight",
                                        worst_parameter_vs_mean=2e-4))
-    assert rows == [("the mean of the ranks' gradients", "4.1e-06"), ("the sum of the ranks' gradients", "7.00"),
+    assert rows == [("the gradients' mean", "4.1e-06"), ("the gradients' sum", "7.00"),
                     ("the mean, furthest parameter (fc.weight)", "2.0e-04")]

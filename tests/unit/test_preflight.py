@@ -39,7 +39,7 @@ def test_ascend_memory_plan_uses_the_smallest_chips_free_hbm(tmp_path, monkeypat
     (tmp_path / "npu-smi").chmod(0o755)
     monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
     rows = {c.name: c for c in preflight("gpu8", data_dir="/no/such/imagenet", device_target="Ascend")}
-    full = rows["memory plan: 02: the full batch (float32)"]              # ResNet-152 x 64 fp32: 11.5 GiB > 8 GiB
+    full = rows["memory plan: 02: full batch"]              # ResNet-152 x 64 fp32: 11.5 GiB > 8 GiB
     assert not full.ok and full.value.endswith("of 8 GiB free HBM (smallest chip)")
 
 
@@ -50,5 +50,5 @@ def test_rehearsal_preflight_passes():
 def test_memory_plan_against_a_small_card():
     cfg = job_config("gpu8")
     rows = {c.name: c for c in memory_checks(cfg, "gpu8", card_gib=8.0)}
-    assert rows["memory plan: 00, 01, 03: training with the preset"].ok          # 128 x ResNet-50 in O2: 5.7 GiB
-    assert not rows["memory plan: 02: the full batch (float32)"].ok             # ResNet-152 x 64 fp32: 11.5 GiB
+    assert rows["memory plan: 00, 01, 03: training"].ok          # 128 x ResNet-50 in O2: 5.7 GiB
+    assert not rows["memory plan: 02: full batch"].ok             # ResNet-152 x 64 fp32: 11.5 GiB

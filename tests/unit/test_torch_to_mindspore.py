@@ -1,12 +1,15 @@
 """The PyTorch -> MindSpore table of chapter 00 against the installed wheel: every MindSpore name in it
-resolves, every keyword it relies on is the callable's, the table names exactly MINDSPORE_NAMES (in full,
-inside backticks), and msrun is the wheel's console script for the module the table names."""
+resolves, every keyword it relies on is the callable's, the full table (the appendix's, notes included) names
+exactly MINDSPORE_NAMES (in full, inside backticks), the chapter shows its first three columns, and msrun is the
+wheel's console script for the module the table names."""
 
 import configparser
 import importlib
 import importlib.metadata
 import inspect
 import re
+
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +19,7 @@ from helpers.chapters import torch_to_mindspore as cheat
 BACKTICKED = re.compile(r"`([^`]*)`")
 MINDSPORE_NAME = re.compile(r"\bmindspore(?:\.\w+)+")
 MAX_NOTE_WORDS = 15
+APPENDIX = Path(__file__).resolve().parents[2] / "docs" / "appendix" / "00_environment_setup.md"
 
 
 def resolve(name: str):
@@ -70,30 +74,33 @@ def test_keyword_belongs_to_the_callable(name, keyword):
 
 @pytest.mark.parametrize(("name", "keyword"), cheat.MINDSPORE_KEYWORDS)
 def test_table_shows_the_keyword(name, keyword):
-    spans = BACKTICKED.findall(cheat.table_markdown())
+    spans = BACKTICKED.findall(cheat.full_table_markdown())
     assert any(re.search(rf"\b{re.escape(keyword)}\b", span) for span in spans), keyword
 
 
 def test_table_names_exactly_the_listed_mindspore_names():
-    """Each listed name is in the table, in full and backticked; each backticked mindspore.* name is too."""
+    """Each listed name is in the full table, in full and backticked; each backticked mindspore.* name of the full
+    table, and so of the chapter's, is listed."""
     names = set(cheat.MINDSPORE_NAMES)
     assert len(names) == len(cheat.MINDSPORE_NAMES), "duplicate in MINDSPORE_NAMES"
-    shown = table_names(cheat.table_markdown())
+    shown = table_names(cheat.full_table_markdown())
     assert names - shown == set(), "listed but not in the table"
     assert shown - names == set(), "in the table but not listed"
+    assert table_names(cheat.table_markdown()) <= names
 
 
 def test_no_bare_mindspore_name_outside_backticks():
     """Prose names are backticked too, so the check above sees every MindSpore name the table mentions."""
-    text = BACKTICKED.sub("", cheat.table_markdown())
+    text = BACKTICKED.sub("", cheat.full_table_markdown())
     assert MINDSPORE_NAME.search(text) is None
 
 
 def test_table_shape_and_short_notes():
     text = cheat.table_markdown()
     lines = text.splitlines()
-    assert lines[0] == "| what | PyTorch | MindSpore 2.10 | note |"
+    assert lines[0] == "| what | PyTorch | MindSpore 2.10 |"
     assert len(lines) == len(cheat.ROWS) + 2
+    assert cheat.full_table_markdown().splitlines()[0] == "| what | PyTorch | MindSpore 2.10 | note |"
     for what, pytorch, mindspore, note in cheat.ROWS:
         assert what and pytorch and mindspore and note
         assert "|" not in what + pytorch + mindspore + note     # md_table would escape it; none is needed
@@ -103,6 +110,11 @@ def test_table_shape_and_short_notes():
                   "custom sampler", "profiler", "bucketed gradient fusion", "FSDP / ZeRO", "tensor parallel",
                   "AMP", "gradient accumulation", "activation checkpointing", "all-reduce"):
         assert topic in whats
+
+
+def test_the_appendix_holds_the_full_table_with_its_notes():
+    """The notes left the chapter for its appendix; the appendix's table is the module's, so it stays true."""
+    assert cheat.full_table_markdown() in APPENDIX.read_text(encoding="utf-8")
 
 
 def test_msrun_is_the_wheels_console_script_for_the_named_module():
