@@ -45,7 +45,8 @@ CHAPTER_LENGTH = {"ci": dict(phase_rounds=1), "cpu": dict(steps=16, phase_rounds
 # (random images, every rank's pooled), so accuracy judges the weights, not running statistics that lag them.
 BN_RECALIBRATION_BATCHES = {"ci": 2, "cpu": 4, "gpu8": 4}
 _STARTED: list[float] = []     # when prepare() ran: the chapter's own wall time
-REPEAT_FIGURES = {"accuracy": "held-out accuracy", "final_loss": "last loss (ranks' mean, each on its own batch)",
+SETTINGS = ("device_target", "world_size", "arch", "width", "image_size", "global_batch", "steps", "data_dir")
+REPEAT_FIGURES = {"accuracy": "held-out accuracy", "final_loss": "last loss (ranks' mean)",
                   "accuracy_batch_stats": "held-out accuracy with BatchNorm on batch statistics (diagnostic)"}
 SUMMARY_COLUMNS = ("max_tv", "min_classes_per_step", "mean_batch_classes", "accuracy", "loss_spread")
 SUMMARY_BARS = {"max_tv": "max TV of a rank's mix (lower is better)",
@@ -65,8 +66,10 @@ def prepare(preset: str, rehearse: bool, **overrides):
     if "data_dir" not in given and base.data_dir == STANDIN_DIR:
         base = base.replace(data_dir=HEAVY_STANDIN_DIR)     # the stand-in whose classes cost unequal reading
     index = prepare_data(base)
-    show_table(config_table(base), ["setting", "value"])
-    show_table(list(zip(index.classes, index.counts.tolist())), ["class (folder)", "train images"])
+    show_table([r for r in config_table(base, SETTINGS) if r[1] != "n/a"], ["setting", "value"])
+    counts = index.counts.tolist()
+    show_md(f"Train images per class ({index.classes[0]} to {index.classes[-1]}): " + (
+        ", ".join(map(str, counts)) if len(counts) <= 20 else f"{min(counts):,} to {max(counts):,}") + ".")
     return base, index
 
 
@@ -101,8 +104,8 @@ def show_plan(base, index, code_cell=None) -> Plan:
     sampler class of ``code_cell`` (the ``%%ranks`` cell's job) when given."""
     plan = plan_splits(index.labels, base.world_size, base.seed, base.global_batch,
                        cell_sampler_class(code_cell) if code_cell is not None else None)
-    show_table(plan.rows, ["strategy", "max TV of a rank's epoch", "min classes in a global step",
-                           "mean classes per step"])
+    show_table([(k, round(tv, 3), low, round(mean, 2)) for k, tv, low, mean in plan.rows],
+               ["strategy", "max TV (rank's epoch)", "min classes / global step", "mean classes / global step"])
     return plan
 
 
@@ -110,8 +113,7 @@ def show_class_load(base, index, plan: Plan, preset: str) -> dict:
     """What each class costs to read here (``data_prep.class_costs``, the pipeline's decode + resize) and each
     split's predicted slowest rank per step from it, as a table and one sentence; returns the figures."""
     load = measure_class_load(base, index.labels, plan.shards, preset, progress=every_nth(100, len(index.classes)))
-    show_table(class_load_rows(load), ["split", "predicted slowest rank's reading load per step / mean",
-                                       "heaviest rank"])
+    show_table(class_load_rows(load), ["split", "slowest rank's load per step / mean", "rank"])
     show_md(class_load_md(load))
     return load
 
@@ -154,21 +156,17 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
                       progress=progress, files=files)
         by_seed = {x: {k: job.phase(f"{k}@{x}") for k in STRATEGIES} for x in seeds}
         first = by_seed[seeds[0]][PHASE_ORDER[0]].metric("step_s")[:, 0].max()
-        show_md(f"One {base.world_size}-rank job, {job.wall_s:.0f} s from launch to exit: {len(STRATEGIES)} "
-                f"splits x {len(seeds)} seeds = {len(STRATEGIES) * len(seeds)} phases of {base.steps} steps; "
-                + ("within a seed the splits ran one after another and " if job.summaries[0]["phase_rounds"] == 1
-                   else f"within a seed the splits took turns in {job.summaries[0]['phase_rounds']} rounds and ")
-                + ("started from the same weights and optimizer state (one digest per seed on every rank), each "
-                   "seed from its own." if seeds_same_start(by_seed) else "did **not** all start from one state.")
-                + f" The first phase's first step ({first:.1f} s) built the training graph all phases use; the "
-                "table leaves every phase's first step out.")
+        show_md(f"One {base.world_size}-rank job, {job.wall_s:.0f} s: {len(STRATEGIES)} splits x {len(seeds)} "
+                f"seeds = {len(STRATEGIES) * len(seeds)} phases of {base.steps} steps, "
+                + ("each seed's from one state (one digest per seed on every rank)."
+                   if seeds_same_start(by_seed) else "**not** all from one state.")
+                + f" Below, the slowest rank's seconds without the first step ({first:.1f} s: it built the graph).")
     else:
         by_seed = {x: {k: run_job(base.replace(name=f"{k}-seed{x}", sampler=k, seed=x), progress=progress, files=files)
                        for k in STRATEGIES} for x in seeds}
     results = by_seed[seeds[0]]
-    rows = [(k, *(f"{v:.1f} s" for v in phase_seconds(r)), r.summaries[0]["accuracy"]) for k, r in results.items()]
-    show_table(rows, ["strategy", "steps after the first (slowest rank)",
-                      "BatchNorm recomputed + evaluation (slowest rank)", f"held-out accuracy (seed {seeds[0]})"])
+    rows = [(k, *(round(v, 1) for v in phase_seconds(r)), r.summaries[0]["accuracy"]) for k, r in results.items()]
+    show_table(rows, ["strategy", "later steps (s)", "precise BN + evaluation (s)", f"accuracy (seed {seeds[0]})"])
     values = seed_repeats.by_seed_values(by_seed)
     stragglers = {k: [by_seed[x][k].straggler.as_dict() for x in seeds] for k in STRATEGIES}
     steady = {k: [steady_step_s(by_seed[x][k].metric("step_s"), skip=1, ranks="mean") for x in seeds]
@@ -210,20 +208,19 @@ def show_payoff(repeats: dict, base, index) -> None:
 
 
 def show_batchnorm(results: dict, repeats: dict):
-    """The ranks' BatchNorm statistics and losses per split: claims, table, heatmaps (``topics.bn_ranks.show``)."""
+    """The ranks' BatchNorm statistics and losses per split: claims (the batch-means one is the table's column),
+    table, heatmaps (``topics.bn_ranks.show``)."""
     return bn_ranks.show(results, repeats["bn_rank"], repeats["seeds"][0],
-                         " ".join(c.text for c in bn_claims(repeats)))
+                         " ".join(c.text for c in bn_claims(repeats) if c.id != "bn_rank_statistics"))
 
 
 def show_repeats(repeats: dict):
-    """Held-out accuracy and last loss per split and seed, with mean ± std and range; returns the figure."""
-    names = {k: k for k in STRATEGIES}
-    seeds = [f"seed {x}" for x in repeats["seeds"]]
-    for key, label in REPEAT_FIGURES.items():
-        if key not in repeats:
-            continue
-        show_md(f"**{label}**")
-        show_table(seed_repeats.table_rows(repeats[key], names), ["strategy", *seeds, "mean ± std", "range"])
+    """Held-out accuracy and last loss per split, mean ± std over the seeds (the figure shows each seed's value);
+    returns the figure."""
+    keys = [k for k in REPEAT_FIGURES if k in repeats]
+    cells = {key: {row[0]: row[-2] for row in seed_repeats.table_rows(repeats[key])} for key in keys}
+    show_table([(k, *(cells[key][k] for key in keys)) for k in STRATEGIES],
+               [f"strategy ({len(repeats['seeds'])} seeds: mean ± std)", *(REPEAT_FIGURES[key] for key in keys)])
     return plot_repeats(repeats)
 
 
@@ -303,17 +300,23 @@ def plot_loss_per_rank(results: dict):
 
 
 def timing_rows(results: dict, measured: Measured) -> list[tuple]:
-    """(strategy, steady step time of the ranks' mean, slowest / fastest rank, slowest rank's data wait)."""
-    return [(k, steady_step_s(r.metric("step_s"), skip=1, ranks="mean"), measured.step_spread[k],
-             measured.data_wait_ms[k]) for k, r in results.items()]
+    """(strategy, steady step of the ranks' mean, slowest / fastest rank, slowest rank's data wait, verdict)."""
+    return [(k, round(steady_step_s(r.metric("step_s"), skip=1, ranks="mean"), 3), round(measured.step_spread[k], 3),
+             round(measured.data_wait_ms[k], 1), verdict_words(measured.stragglers[k])) for k, r in results.items()]
+
+
+def verdict_words(v) -> str:
+    """A straggler verdict in a table cell: the rank waited for, why, per step and share of the others' time, else
+    the wait for the last rank (in full: ``v.line()``)."""
+    if v.rank is None:
+        return v.line() if v.method == "none" else f"none; last rank {1e3 * v.spread_s:.0f} ms later ({v.spread_share:.0%})"
+    return f"rank {v.rank} ({v.cause}): {1e3 * v.wait_s:.0f} ms per step ({v.wait_share:.0%})"
 
 
 def show_timing(results: dict, measured: Measured) -> None:
-    """The per-strategy timing table (first step, with graph compilation, left out)."""
+    """The per-strategy timing table with the straggler verdicts (first step, with graph compilation, left out)."""
     show_table(timing_rows(results, measured),
-               ["strategy", "steady step time (s, ranks' mean)", "slowest / fastest rank (mean step)",
-                "slowest rank's mean data wait (ms)"])
-    show_table([(k, v.line()) for k, v in measured.stragglers.items()], ["strategy", "which rank the others waited for"])
+               ["strategy", "step (s)", "slowest / fastest rank", "data wait (ms)", "others waited for"])
 
 
 def plot_time_split(results: dict, measured: Measured, strategy: str = "contiguous"):
@@ -329,9 +332,9 @@ def plot_time_split(results: dict, measured: Measured, strategy: str = "contiguo
 def show_summary(measured: Measured):
     """The side-by-side table; returns the bar figure of its main columns."""
     s = measured.summary
-    show_table([(k, *(s[c][k] for c in SUMMARY_COLUMNS)) for k in STRATEGIES],
-               ["strategy", "max TV (seen)", "min classes / global step", "mean classes / rank batch",
-                "held-out accuracy", "std of last loss over ranks"])
+    shown = [c for c in SUMMARY_COLUMNS if c not in SUMMARY_BARS or c in ("max_tv", "min_classes_per_step")]
+    show_table([(k, *(s[c][k] for c in shown)) for k in STRATEGIES],       # accuracy and loss spread: the bars
+               ["strategy", "max TV (seen)", "min classes / step", "classes / rank batch"])
     return strategy_bars(s, SUMMARY_BARS)
 
 

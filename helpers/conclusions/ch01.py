@@ -28,22 +28,22 @@ def chapter01_claims(r: dict) -> list[Claim]:
               ("Per class, every rank's stratified shard holds the same number of images"
                if r["stratified_class_spread"] == 0
                else "Per class, the stratified shards' counts differ by at most {s} image between ranks")
-              + " (contiguous split: counts of a class differ by up to {c} between ranks).",
+              + " (contiguous: up to {c}).",
               "Per class, the stratified shards' counts differ by up to {s} images between ranks (expected <= 1).",
               s=r["stratified_class_spread"], c=r["contiguous_class_spread"]),
         claim("homogeneous_batches",
               batch["contiguous"] < batch["stratified"] and steps_min["distributed"] < steps_min["stratified"],
-              "Class-sorted sharding gave class-homogeneous batches: a contiguous rank's batch held {cb:.1f} "
-              "classes on average (stratified: {sb:.1f}), and with DistributedSampler(shuffle=False) a whole "
-              "global step held as few as {dmin} class(es) of {n} (stratified: at least {smin}).",
+              "Class-sorted sharding gave class-homogeneous batches: {cb:.1f} classes per contiguous rank batch "
+              "(stratified {sb:.1f}), as few as {dmin} class(es) of {n} in a DistributedSampler(shuffle=False) global "
+              "step (stratified at least {smin}).",
               "The class-sorted splits' batches were not more homogeneous than the stratified ones here: "
               "contiguous {cb:.1f} classes per rank batch vs stratified {sb:.1f}; fewest classes in a global step "
               "{dmin} (DistributedSampler(shuffle=False)) vs {smin} (stratified).",
               cb=batch["contiguous"], sb=batch["stratified"], dmin=steps_min["distributed"],
               smin=steps_min["stratified"], n=r["num_classes"]),
         claim("rank_mix", tv["stratified"] < min(others.values()),
-              "The stratified ranks read the global class mix best: worst rank {s:.3f} TV away, against {o:.3f} "
-              "for the best other split ({other}) and {c:.3f} for the contiguous one.",
+              "The stratified ranks read the global class mix best: worst rank {s:.3f} TV away (next best, "
+              "{other}: {o:.3f}; contiguous {c:.3f}).",
               "The stratified ranks' worst class mix ({s:.3f} TV) was not closer to the global one than "
               "{other}'s ({o:.3f}).",
               s=tv["stratified"], o=others[best_other], other=NAMES[best_other], c=tv["contiguous"]),
@@ -177,16 +177,20 @@ def _time_verdict_claim(r: dict) -> list[Claim]:
     figures.update(rank=rank, hits=len(hit), wait_ms=1e3 * _mean(v["wait_s"] for v in hit),
                    wait_share=_mean(v["wait_share"] for v in hit), stratified=len(named["stratified"]),
                    strat_ms=1e3 * max(v["spread_s"] for v in by_seed["stratified"]),
-                   others="Other splits: " + _named({k: v for k, v in named.items()
-                                                     if k not in ("contiguous", "stratified")}) + ".")
+                   others=_others(named))
     holds = len(hit) == seeds and not named["stratified"]
     return [claim("time_verdict", holds,
-                  "As the class costs predicted, under the contiguous split rank {rank} held the others back for data "
-                  "on {hits} of {seeds} seeds ({wait_ms:.0f} ms per step, {wait_share:.0%} of their time), and under "
-                  "the stratified split no rank did (the last rank arrived at most {strat_ms:.0f} ms after the "
-                  "others). {others}",
+                  "As predicted, under the contiguous split rank {rank} held the others back for data on {hits} of "
+                  "{seeds} seeds ({wait_ms:.0f} ms per step, {wait_share:.0%} of their time); under the stratified "
+                  "split no rank did{others}.",
                   "The class costs predicted rank {rank} as the contiguous split's data straggler and none for the "
                   "stratified split; the run named: " + _named(named) + ".", **figures)]
+
+
+def _others(named: dict) -> str:
+    """The splits besides contiguous and stratified, as the end of a sentence: none, or their named stragglers."""
+    rest = {k: v for k, v in named.items() if k not in ("contiguous", "stratified")}
+    return ". Other splits: " + _named(rest) if any(rest.values()) else ", nor under the others"
 
 
 def _named(named: dict) -> str:

@@ -37,7 +37,7 @@ def _rank_statistics(figures: dict) -> Claim:
                        if k not in ("contiguous", "stratified"))
     return claim("bn_rank_statistics", c > s,
                  "Contiguous ranks' BatchNorm batch means sat {c:.3f} channel std apart, stratified ones {s:.3f} "
-                 "(std over ranks, mean over layers and {n} seeds).",
+                 "({n} seeds).",
                  "The ranks' BatchNorm batch means were not further apart under the contiguous split ({c:.3f} channel "
                  "std) than under the stratified one ({s:.3f}; {others}; {n} seeds).",
                  c=c, s=s, n=n, others=others, ratio=c / s if s else float("inf"))
@@ -55,8 +55,8 @@ def _loss_source(figures: dict) -> Claim:
     else:
         tail = "BatchNorm's local statistics make part of the spread, the ranks' classes the rest."
     return claim("loss_spread_source", None,
-                 "On their next batches the contiguous ranks' losses spread {own:.2f} (std over ranks) with their own "
-                 "batch statistics and {shared:.2f} with shared recomputed ones: " + tail,
+                 "Contiguous ranks' next-batch losses spread {own:.2f} with their own batch statistics, {shared:.2f} "
+                 "with shared ones: " + tail,
                  own=own, shared=shared, left=left)
 
 
@@ -64,8 +64,8 @@ def sync_batchnorm_claim(error: str | None, device: str) -> Claim:
     """Observation: what ``nn.SyncBatchNorm`` (statistics over all ranks' batches) did on this device."""
     if error:
         return claim("sync_batchnorm", None,
-                     "nn.SyncBatchNorm, BatchNorm over all ranks' batches, is refused on {device} (`{error}`); on "
-                     "Ascend and GPU it replaces nn.BatchNorm2d.", device=device, error=error)
+                     "nn.SyncBatchNorm (BatchNorm over all ranks' batches) is refused on {device} ({kind}); on Ascend "
+                     "and GPU it replaces nn.BatchNorm2d.", device=device, error=error, kind=error.split(":")[0])
     return claim("sync_batchnorm", None,
                  "nn.SyncBatchNorm, BatchNorm over all ranks' batches, builds on {device}: use it there in place of "
                  "nn.BatchNorm2d.", device=device)

@@ -70,9 +70,8 @@ def _at_chance(acc: dict, chance: float, steps: int) -> Claim:
     if not trained(acc, chance):
         return claim("shuffle_false_chance", at_chance,
                      "DistributedSampler(shuffle=False) on class-sorted data stayed at chance: {mean:.3f} ± {std:.3f} "
-                     "over {n} seeds (at most {max:.3f}; chance {chance:.2f}). After {steps} steps no split has "
-                     "trained to twice chance yet, so the splits are not ranked by accuracy here (the cpu preset "
-                     "trains longer).",
+                     "over {n} seeds (at most {max:.3f}; chance {chance:.2f}). After {steps} steps no split reached "
+                     "twice chance: not ranked.",
                      "DistributedSampler(shuffle=False) reached {max:.3f} in one of {n} seeds, more than twice "
                      "chance ({chance:.2f}), on class-sorted data.", **figures)
     beaten = [NAMES[k] for k, p in others.items() if p["ranked"] and p["mean"] > 0]
@@ -81,11 +80,12 @@ def _at_chance(acc: dict, chance: float, steps: int) -> Claim:
     tail = (" every other split beat it beyond the seeds' spread" if not within else
             (" " + ", ".join(beaten) + " beat it beyond the seeds' spread, " if beaten else " ")
             + ", ".join(within) + " not (its own seeds came near chance too)")
-    if d["n"] < MIN_SEEDS_TO_RANK:
+    tail += " (paired, points: {gaps})"
+    if d["n"] < MIN_SEEDS_TO_RANK:           # the gaps stay in the record
         tail = f" {d['n']} seeds cannot rank the others against it"
     return claim("shuffle_false_chance", at_chance,
                  "DistributedSampler(shuffle=False) on class-sorted data trained at chance: {mean:.3f} ± {std:.3f} "
-                 "over {n} seeds (at most {max:.3f}; chance {chance:.2f});" + tail + " (paired, points: {gaps}).",
+                 "over {n} seeds (at most {max:.3f}; chance {chance:.2f});" + tail + ".",
                  "DistributedSampler(shuffle=False) reached {max:.3f} in one of {n} seeds, more than twice chance "
                  "({chance:.2f}), on class-sorted data (paired gaps of the others, points: {gaps}).",
                  gaps=gaps, beaten=len(beaten), **figures)

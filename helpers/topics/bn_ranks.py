@@ -77,6 +77,6 @@ def show(results: dict, figures: dict, seed: int, text: str):
     """``text`` (the section's result), the table of ``figures`` (``by_seed``) and the heatmaps of ``results``
     (one seed's phases); returns the figure."""
     show_md(text)
-    show_table(table_rows(figures), ["strategy", "ranks' batch means apart (channel std)",
-                                     "loss spread: own statistics", "shared statistics"])
+    show_table(table_rows(figures), ["strategy", "batch means apart (channel std)", "loss spread: own statistics",
+                                     "shared"])
     return plot_rank_statistics(results, f"each rank's batch mean, last BatchNorm layer (seed {seed})")

@@ -60,6 +60,6 @@ def class_load_md(load: dict) -> str:
                 f"the same to read, so no split can make a rank wait for data here (worst prediction: "
                 f"{SPLIT_NAMES[worst]}, {pred:.2f}x the mean per step). On ImageNet, where classes differ in file "
                 "size, run `python -m data_prep.class_costs <your tree>`.")
-    return (f"The costliest class took {times(ratio)} the cheapest to decode and resize. If decoding set the step, "
-            f"under {SPLIT_NAMES[worst]} the slowest rank would read {pred:.2f}x the mean load per step (rank "
-            f"{load['predicted'][worst]['slowest_rank']}); section 2's timing table shows what the run measured.")
+    return (f"The costliest class took {times(ratio)} the cheapest to decode and resize: under {SPLIT_NAMES[worst]} "
+            f"the slowest rank would read {pred:.2f}x the mean load per step (rank "
+            f"{load['predicted'][worst]['slowest_rank']}).")
