@@ -118,7 +118,7 @@ def experiment_plan(s: Sizes, num_classes: int) -> tuple[dict, list]:
                                       conv_impl=s.impl, **kw)
     rows = [(label, ci, e.batch, f"{e.activation_bytes / MIB:.0f}", f"{e.total_bytes / MIB:.0f}")
             for (label, ci), e in plan.items()]
-    rows.append((f"plan_accumulation({b.global_batch} over {b.world_size} ranks, {budget_gib:.3f} GiB)", s.impl,
+    rows.append((f"plan_accumulation, {budget_gib:.3f} GiB", s.impl,
                  "micro-batch x K = %s x %s" % picked, "", ""))
     return plan, rows
 
@@ -187,8 +187,7 @@ def builtin_rows(g: dict, device_target: str) -> tuple[list, list]:
             for name, key, err in (("nn.GradAccumulationCell", "builtin_cell_grad_ratio", "nn_GradAccumulationCell"),
                                    ("mindspore.parallel.nn.GradAccumulation", "builtin_parallel_grad_ratio",
                                     "parallel_GradAccumulation"))]
-    return rows, ["built-in cell (wrapped in TrainOneStepCell)", "its gradient / the mean gradient",
-                  f"on {device_target}, DATA_PARALLEL"]
+    return rows, ["built-in cell, in TrainOneStepCell", "gradient / mean gradient", f"on {device_target}, DATA_PARALLEL"]
 
 
 def model_api_check() -> dict:
@@ -211,10 +210,15 @@ def model_api_check() -> dict:
             "parallel_signature": str(inspect.signature(GradAccumulation.__init__))}
 
 
+ACCOUNTS = {"planner (what backward must keep)": "planner", "planner + every BatchNorm output kept":
+            "+ BatchNorm outputs", "planner + no reuse of backward workspaces": "+ no workspace reuse",
+            "MXNet measured (TITAN X), extrapolated": "MXNet, extrapolated"}
+
+
 def scenario_rows(blog_scenarios: dict) -> list:
-    """The 35 GiB and 28 GiB accounts side by side (``memory_scenarios.keep_scenarios``)."""
-    return [(x["account"], f"{x['mib_per_image']:.0f}", f"{x['gib_at_batch']:.1f}", f"{x['gib_at_double_batch']:.1f}",
-             x["batch_over_target"], x28["batch_over_target"])
+    """The 35 GiB and 28 GiB accounts side by side, by short name (``memory_scenarios.keep_scenarios``)."""
+    return [(ACCOUNTS.get(x["account"], x["account"]), f"{x['mib_per_image']:.0f}", f"{x['gib_at_batch']:.1f}",
+             f"{x['gib_at_double_batch']:.1f}", x["batch_over_target"], x28["batch_over_target"])
             for x, x28 in zip(blog_scenarios[35.0], blog_scenarios[28.0])]
 
 
@@ -240,22 +244,20 @@ class OomChapter:
         self.base = self.s.base
         self.num_classes = len(prepare_data(self.base).classes)
         self.code_cfg = code_config(self.s, job_config(preset, rehearse=rehearse).world_size)
-        show_table(config_table(self.base) + [("micro-batch x K", f"{self.s.micro} x {self.s.k}")],
-                   ["setting", "value"])
+        shown = ("device_target", "world_size", "arch", "width", "conv_impl", "image_size", "global_batch", "steps")
+        show_table([r for r in config_table(self.base, shown) if r[1] != "n/a"]       # n/a: card-only settings
+                   + [("micro-batch x K", f"{self.s.micro} x {self.s.k}")], ["setting", "value"])
 
     def show_planner(self) -> None:
-        """Section 1: the blog's case, the published figures with their sources, this machine's experiment."""
+        """Section 1: the blog's case, this machine's experiment; published figures: recorded, claimed, appendix."""
         est, rows = blog_rows()
         self.blog = est["blog"]
-        show_table(rows, ["case", "parameters", "weights+grads+momentum (GiB)", "activations (GiB)",
-                          "planner total (GiB)", "fits in 40 GiB?", "largest batch that fits"])
+        show_table(rows, ["case", "parameters", "weights+grads+momentum (GiB)", "activations (GiB)", "total (GiB)",
+                          "fits 40 GiB?", "max batch"])
         self.published = scenarios.compare_published("fp32")
-        show_table([(r["kind"], r["arch"], r["what"], r.get("batch", ""), r["published"], r["planner"], r["source"])
-                    for r in self.published], ["kind", "arch", "what", "batch", "published", "planner", "source"])
-        show_md("\n".join(f"- **{k}**: {v['what']}. Source: {v['source']}, <{v['url']}>"
-                          for k, v in scenarios.PUBLISHED.items()))
-        self.plan, rows = experiment_plan(self.s, self.num_classes)
-        show_table(rows, ["per rank", "convolution", "images per graph", "activations (MiB)", "planner total (MiB)"])
+        self.plan, rows = experiment_plan(self.s, self.num_classes)     # shown: the experiment's convolution
+        show_table([r for r in rows if r[1] == self.s.impl], ["per rank", "convolution", "images", "activations (MiB)",
+                                                              "total (MiB)"])
 
     def run_full_and_capped(self) -> None:
         """Section 2: the full batch measured without a cap, then under a cap sized from it."""
@@ -274,7 +276,8 @@ class OomChapter:
         fail_s = time.monotonic() - t0
         message = (str(self.oom_error).split("\n  --- tail of the log ---")[0] if self.oom_error
                    else "(the job finished: no failure)")
-        show_md(f"Cap per rank: **{self.cap_mb} MB** of address space; the job ended after {fail_s:.0f} s with:"
+        what = "address space" if self.base.device_target == "CPU" else "device memory"
+        show_md(f"Under **{self.cap_mb} MB** of {what} per rank, the job ended after {fail_s:.0f} s:"
                 f"\n\n```\n{message}\n```")
 
     def run_accumulated(self, code_cell=None) -> None:
@@ -330,8 +333,8 @@ class OomChapter:
                                 image_size=self.s.model_image_size, **changes)
         self.grad = g = grad_check_record(list(run_job(cfg, progress=self.progress, files=files).summaries.values()))
         show_table(grad_check_rows(g, self.base.arch),
-                   ["network", f"max |accumulated - full| ({self.s.k} x {self.s.micro})", "largest gradient element",
-                    "relative", "cosine"])
+                   ["network", f"max |accumulated - full| ({self.s.k} x {self.s.micro})", "largest element", "relative",
+                    "cosine"])
         show_table(*builtin_rows(g, self.base.device_target))
 
     def run_sweep(self) -> None:
@@ -351,12 +354,8 @@ class OomChapter:
             composite_passes=len(self.composite)) / MIB
 
     def show_kernels(self) -> None:
-        """oneDNN's kernel per convolution pass, and the MiB per image: planner, copies, measured."""
-        p = self.pvm
-        show_table([(kind, impl, "yes" if kind in self.composite else "no") for kind, impl in self.conv_kernels.items()]
-                   + [("MiB per image", f"planner {p['planner_slope_mib_per_image']:.3f} + copies {self.copies_mib:.3f} "
-                       f"(workspace {p['planner_workspace_mib_per_image']:.3f}, transient)",
-                       f"measured {p['measured_slope_mib_per_image']:.3f}")],
+        """oneDNN's kernel per convolution pass (the slopes: the sweep's figure and the planner_slope claim)."""
+        show_table([(kind, impl, "yes" if kind in self.composite else "no") for kind, impl in self.conv_kernels.items()],
                    ["convolution pass", "oneDNN kernel on this CPU", "composite (NHWC copies)?"])
 
     def plot_sweep(self) -> None:
@@ -380,17 +379,14 @@ class OomChapter:
         plt.show()
 
     def show_errata(self) -> None:
-        """The 35 / 28 GiB accounts, ``Model``'s signature and error, the built-in cells, the allocator counter."""
+        """The 35 / 28 GiB accounts, ``Model``'s error (signatures: ``self.api``), the allocator counter."""
         self.blog_scenarios = {t: scenarios.keep_scenarios("resnet152", 224, 64, target_gib=t) for t in (35.0, 28.0)}
-        show_table(scenario_rows(self.blog_scenarios),
-                   ["ResNet-152, 224 px, fp32: what a step keeps", "MiB per image", "GiB at batch 64", "GiB at batch 128",
-                    "first batch over 35 GiB", "first batch over 28 GiB"])
+        show_table([r[:3] + r[4:] for r in scenario_rows(self.blog_scenarios)],     # GiB at 128: the blog_35gb claim
+                   ["account (ResNet-152, 224 px)", "MiB/image", "GiB at 64", "over 35 GiB from", "over 28 GiB from"])
         self.allocator_mb = max(r["allocator_max_allocated_mb"] for r in self.sweep_rows)
         self.api = a = model_api_check()
-        show_md(f"`Model{a['model_signature']}`  \n`'gradient_accumulation_steps' in parameters`: **{a['has_argument']}**  \n"
-                f"`Model(..., gradient_accumulation_steps=4)` → `{a['model_error']}`  \n"
-                f"`nn.GradAccumulationCell{a['cell_signature']}`, `GradAccumulation{a['parallel_signature']}`  \n"
-                f"`mindspore.runtime.max_memory_allocated()` in the sweep's CPU processes: {self.allocator_mb:.0f} MB")
+        show_md(f"`Model(..., gradient_accumulation_steps=4)` → `{a['model_error'] or 'accepted'}`  \n"
+                f"`max_memory_allocated()` in the sweep's CPU processes: {self.allocator_mb:.0f} MB")
 
     def results(self) -> dict:
         """The record ``helpers.conclusions.ch02.build`` reads and the notebook's results file keeps."""

@@ -28,7 +28,7 @@ def _oom(r: dict) -> Claim:
     return claim(
         "full_batch_oom", bool(r["oom_reproduced"]),
         "Under a cap of {cap} MB of {capped} per rank, the full batch of {batch} images per rank failed "
-        "with kind `oom`, reported by the launcher as one readable error.",
+        "with kind `oom`.",
         "Under a cap of {cap} MB of {capped} per rank, the full batch of {batch} images per rank did not "
         "fail with kind `oom` (it ended with: {kind}).",
         cap=r["mem_cap_mb"], batch=r["batch_per_rank"], kind=kind or "no failure",
@@ -39,8 +39,8 @@ def _oom(r: dict) -> Claim:
 def _fits(r: dict) -> Claim:
     return claim(
         "accumulated_fits", bool(r["accumulation_succeeded"]),
-        "Under the same cap, {k} micro-batches of {micro} trained on all {ranks} ranks with identical weights, "
-        "{samples} images per rank per update, the same global batch.",
+        "Under the same cap, {k} micro-batches of {micro} trained on all {ranks} ranks: {samples} images per rank "
+        "per update, identical weights.",
         "Under the same cap, {k} micro-batches of {micro} did not finish on all {ranks} ranks with identical "
         "weights.",
         k=r["accumulation_steps"], micro=r["micro_batch"], ranks=r["world_size"],
@@ -52,8 +52,8 @@ def _no_bn(r: dict) -> Claim:
     same = r["grad_check_same_on_all_ranks"]
     return claim(
         "equivalent_without_bn", diff <= TOL and bool(same),
-        "Without BatchNorm one accumulated update is the full-batch update: the gradients differ by at most "
-        "{diff:.1e} (float32 rounding), after the AllReduce, identically on all {ranks} ranks.",
+        "Without BatchNorm the accumulated gradient equals the full batch's within {diff:.1e} (float32 rounding), "
+        "after the AllReduce, the same on all {ranks} ranks.",
         "Without BatchNorm the accumulated gradient differs from the full batch's by {diff:.1e} "
         "(tolerance {tol:.0e}; same on all {ranks} ranks: {same}).",
         diff=diff, tol=TOL, ranks=r["grad_check_ranks"], same=bool(same))
@@ -63,16 +63,15 @@ def _bn_cause(r: dict) -> Claim:
     cos, rel = r["grad_cosine_bn"], r["grad_max_rel_diff_bn"]
     cos_f, diff_f = r["grad_cosine_bn_frozen"], r["grad_max_abs_diff_bn_frozen"]
     frozen_ok = diff_f <= TOL and abs(1 - cos_f) <= COSINE_TOL
-    gap = ("differs (cosine {cos:.2f}, largest difference {rel:.0%} of the largest gradient element)"
+    gap = ("differs (cosine {cos:.2f}; largest difference {rel:.0%} of the largest element)"
            if 1 - cos > COSINE_TOL else "differs only by rounding (cosine {cos:.6f})")
     return claim(
         "batchnorm_is_the_cause", frozen_ok,
-        "With BatchNorm in training mode the accumulated gradient of the chapter's ResNet ({arch}) " + gap + "; the same network with its "
-        "{layers} BatchNorm layers frozen at their running statistics matches the full batch again (cosine "
-        "{cos_f:.6f}, max difference {diff_f:.1e}): the gap comes from normalising each micro-batch of {micro} "
-        "with its own statistics. Data parallel already normalises per rank ({n} groups of {per_rank} images on "
-        "{n} ranks, never the global batch at once); accumulation makes it {groups} groups of {micro}.",
-        "With BatchNorm in training mode the accumulated gradient of the chapter's ResNet ({arch}) " + gap + "; with its {layers} "
+        "With BatchNorm in training mode the accumulated gradient of {arch} " + gap + ": BatchNorm normalises "
+        "{groups} groups of {micro} instead of data parallel's {n} groups of {per_rank} images on {n} ranks. With its "
+        "{layers} BatchNorm layers frozen it matches the full batch again (cosine {cos_f:.6f}, max difference "
+        "{diff_f:.1e}).",
+        "With BatchNorm in training mode the accumulated gradient of {arch} " + gap + "; with its {layers} "
         "BatchNorm layers frozen it still differs (cosine {cos_f:.6f}, max difference {diff_f:.1e}), so "
         "micro-batch statistics are not the whole cause.",
         arch=r["arch"], cos=cos, rel=rel, cos_f=cos_f, diff_f=diff_f, layers=r["bn_frozen_layers"],
@@ -97,9 +96,9 @@ def _builtin(r: dict) -> Claim:
 # What chapter 02's memory figures measured (``memory_measured``): the device allocator's peak since the ready point
 # against its memory in use there on GPU/Ascend; RSS, which also holds compilation leftovers, on CPU
 MEMORY_WORDS = {
-    "device": ("Peak device memory", "the device memory in use before the first step", "both also count what a "
-               "step keeps besides activations, such as gradients and, when accumulating, their buffers"),
-    "rss": ("Peak RSS", "each rank's pre-training baseline", "both runs also carry compilation leftovers"),
+    "device": ("Peak device memory", "the device memory in use before the first step", "both also hold "
+               "gradients and, accumulating, their buffers"),
+    "rss": ("Peak RSS", "each rank's pre-training baseline", "both also carry compilation leftovers"),
 }
 
 
@@ -109,8 +108,8 @@ def _memory(r: dict) -> Claim:
     ratio = act["accumulated"] / act["full_batch"] if act["full_batch"] else float("nan")
     return claim(
         "memory_saved", ratio < 1 and peak["accumulated"] < peak["full_batch"],
-        what + " per rank fell from {full:.0f} to {acc:.0f} MB; the memory above " + baseline + " fell to "
-        "{ratio:.2f}x (activations alone would give about 1/{k}; " + carried + ").",
+        what + " per rank fell from {full:.0f} to {acc:.0f} MB; above " + baseline + ", to {ratio:.2f}x "
+        "(activations alone: about 1/{k}; " + carried + ").",
         what + " per rank went from {full:.0f} to {acc:.0f} MB and the memory above " + baseline + " to "
         "{ratio:.2f}x: accumulation did not lower the peak in this run.",
         full=peak["full_batch"], acc=peak["accumulated"], ratio=ratio, k=r["accumulation_steps"])
@@ -227,9 +226,8 @@ def _published(r: dict) -> Claim:
     fit = sum(x["planner"] <= x["published"] for x in recipes)
     return claim(
         "planner_vs_published", fit == len(recipes),
-        "Next to published figures the planner keeps {lo:.0%}-{hi:.0%} of MXNet's measured per-image slope "
-        "(MXNet keeps more than backward needs, e.g. BatchNorm outputs), matches convnet-burden's forward feature "
-        "sizes within {feats:.0%}, and fits all {n} NVIDIA recipe batches in their cards.",
+        "The planner keeps {lo:.0%}-{hi:.0%} of MXNet's published per-image slope, matches convnet-burden's forward "
+        "features within {feats:.0%} and fits all {n} NVIDIA recipe batches in their cards.",
         "Next to published figures the planner keeps {lo:.0%}-{hi:.0%} of MXNet's per-image slope and matches "
         "forward feature sizes within {feats:.0%}, but only {fit} of {n} NVIDIA recipe batches fit its budget.",
         lo=min(slopes), hi=max(slopes), feats=feats, n=len(recipes), fit=fit)
