@@ -71,8 +71,7 @@ class Setup:
     @property
     def path_name(self) -> str:
         if self.on_cpu:
-            return ("CPU: explicit collectives in PyNative mode (helpers.train.hybrid_step, create_group sub-groups), "
-                    f"every layout incl. {self.data_parallel}")
+            return f"CPU: PyNative, explicit collectives, every layout incl. {self.data_parallel}"
         return f"{self.base.device_target}: SEMI_AUTO_PARALLEL + shard() + strategy_ckpt_config"
 
 
@@ -136,9 +135,8 @@ def classifier_cost_rows(this_run: str, this_features: int) -> list[tuple]:
 def show_classifier_cost(setup: Setup) -> int:
     """The table of section 1; returns this run's feature count."""
     feat = feature_dim(setup.base)
-    this_run = f"this run's {setup.base.arch} (width {setup.base.width}: {feat} features)"
-    show_table(classifier_cost_rows(this_run, feat),
-               ["backbone", "classes", "MB per card, 8x1", "4x2", "2x4", "saved with 2x4 incl. grad+momentum (MB)"])
+    show_table(classifier_cost_rows(f"this run ({feat} features)", feat),
+               ["backbone", "classes", "MB per card, 8x1", "4x2", "2x4", "2x4 saves, with grad+momentum"])
     return feat
 
 
@@ -165,11 +163,9 @@ def run_oom(setup: Setup, oom_classes=None, oom_steps: int = 1, progress="auto")
     dp_layout, hyb_layout = hybrid.oom_layouts(setup.oom_ranks or base.world_size)
     oom = hybrid.classifier_oom(base, dp_layout, hyb_layout, oom_classes or hybrid.oom_classes(base),
                                 new_run_dir("03", "oom"), steps=oom_steps, progress=progress)
-    show_table(oom_rows(oom), ["layout", "classifier MB per rank", "peak virtual size per rank (MB)", "cap (MB)",
-                               "under the cap"])
-    show_md(f"{oom['num_classes']:,} classes, {oom['world_size']} ranks per job (the chapter's other jobs: "
-            f"{base.world_size}), {oom['batch_per_rank']} images per rank. The data-parallel job under the cap ended "
-            f"with:\n\n```\n{hybrid.oom_message(oom['error'])}\n```")
+    show_table(oom_rows(oom), ["layout", "classifier MB", "peak MB", "cap MB", "under the cap"])
+    show_md(f"{oom['num_classes']:,} classes; the capped data-parallel job ended with (abridged, all in "
+            f"`oom['error']`):\n\n```\n{hybrid.oom_brief(oom['error'])}\n```")
     return oom
 
 
@@ -184,7 +180,7 @@ def strategy_rows(table: list[dict]) -> list[tuple]:
     keep = [r for r in table if r["parameter"].startswith("fc.")] + \
            [r for r in table if r["parameter"].startswith("stem.0")]
     return [(r["parameter"], r["shape"], list(r["dev_matrix"]), list(r["tensor_map"]), r["shard_shape"],
-             "; ".join(f"block {k}: ranks {v}" for k, v in list(r["slices"].items())[:4])) for r in keep]
+             " / ".join(",".join(map(str, v)) for v in list(r["slices"].values())[:4])) for r in keep]
 
 
 def show_strategy_table(setup: Setup, files: dict) -> None:
@@ -192,10 +188,8 @@ def show_strategy_table(setup: Setup, files: dict) -> None:
     base = setup.base
     table = strategy_table(files[setup.hybrid], base.world_size,
                            param_shapes=build_full_net(base.replace(conv_impl="native"), base.num_classes))
-    show_md(f"**{files[setup.hybrid].name}** ({len(table)} parameters; the classifier and the first stem "
-            "convolution shown)")
-    show_table(strategy_rows(table), ["parameter", "shape", "dev matrix", "tensor map", "shard per rank",
-                                      "who holds what"])
+    show_md(f"**{files[setup.hybrid].name}**: {len(table)} parameters, 3 shown")
+    show_table(strategy_rows(table), ["parameter", "shape", "dev matrix", "tensor map", "shard", "ranks per block"])
 
 
 def _refusal(check) -> str | None:
@@ -215,11 +209,9 @@ def check_bad_strategies(setup: Setup) -> bool:
     bad = _refusal(lambda: validate_strategy(bad_file, full_net, base.world_size))
     ten = _refusal(lambda: build_strategy(build_full_net(base.replace(conv_impl="native", num_classes=10), 10),
                                           Layout(2, 4)))
-    first = "\n".join(bad.splitlines()[:3]) if bad else "(accepted!)"
+    first = bad.splitlines()[1].strip() if bad else "(accepted!)"
     show_md(f"A 2x2 file offered to {base.world_size} ranks is **rejected** before launch:\n```\n{first}\n...\n```\n"
-            f"and the 10 digit classes cannot be split 4 ways:\n```\n{ten}\n```\n"
-            f"which is why this chapter pads the classifier to {base.num_classes:,} classes (`num_classes`); "
-            "the padded classes have no images, they only cost memory, as a large label space does.")
+            f"and 10 classes cannot be split 4 ways (hence {base.num_classes:,} here):\n```\n{ten}\n```")
     return bad is not None and ten is not None
 
 
@@ -265,7 +257,7 @@ def show_layout_table(setup: Setup, runs: dict) -> None:
     """Per layout: classifier bytes per rank, img/s and final mean loss."""
     show_table([(n, f"{v['classifier_bytes']:,}", f"{v['img_per_s']:.1f}", f"{v['final_loss']:.4f}")
                 for n, v in layout_numbers(runs).items()],
-               ["layout", "classifier bytes per rank", f"img/s ({setup.path_short})", "final mean loss"])
+               ["layout", "classifier bytes per rank", "img/s", "final mean loss"])
 
 
 @dataclass
@@ -302,9 +294,9 @@ def prove_against_reference(setup: Setup, files: dict, runs: dict) -> Proof:
                 "rehearsal (`--rehearse`) runs this proof on the same strategy files.")
         return Proof(merged, full, [], [])
     cmp = compare_with_reference(hres, run_reference(hres.run_dir, follow=trace_dir(setup, name)), full)
-    show_table([(f"update {i + 1}", d, l) for i, (d, l) in enumerate(zip(cmp["step_diff"], cmp["per_step"]))],
-               ["step", "max |weight difference| after the update", "max |per-rank loss difference|"])
-    show_table(cmp["worst"], ["parameter (largest differences, merged checkpoint)", "max |hybrid - reference|"])
+    show_table([(i + 1, d, l) for i, (d, l) in enumerate(zip(cmp["step_diff"], cmp["per_step"]))],
+               ["update", "max weight difference", "max loss difference"])
+    show_table(cmp["worst"], ["merged checkpoint's worst tensors", "max difference"])
     return Proof(merged, full, cmp["step_diff"], cmp["per_step"], cmp["max_param_diff"], cmp["loss_diff"])
 
 
@@ -333,9 +325,9 @@ def merge_resplit_resume(setup: Setup, files: dict, runs: dict, proof: Proof, pr
     init = str(resume_dir if setup.on_cpu else proof.merged)
     resumed = run_job(hybrid.hybrid_config(base, Layout.parse(resume), files[resume], init_checkpoint=init,
                                            steps=max(2, base.steps // 2), name=f"resumed-{resume}"), progress=progress)
-    show_table([("tensors merged", len(proof.full)), ("split by the layout", ", ".join(split_names)),
+    show_table([("tensors merged", len(proof.full)), ("split", ", ".join(split_names)),
                 ("max |merged - hand-assembled|", max_diff),
-                (f"classifier slice per rank, resumed on {resume}",
+                (f"slice per rank on {resume}",
                  str(tuple(resumed.summary("classifier_shape")[0])))],
                ["", "value"])
     return {"merged_checkpoint_max_diff": max_diff, "resumed": resumed, "resumed_on_layout": resume}
@@ -370,17 +362,16 @@ def show_errata(setup: Setup, files: dict) -> None:
     """No ``ModelParallelCell``; the real tools' signatures; the GPU/Ascend plan; ``nn.ReLU6`` and this net's ReLUs."""
     import mindspore as ms
     import mindspore.parallel as msp
-    from mindspore import nn, ops
+    from mindspore import nn
 
     plan = semi_auto_plan(setup.base.replace(strategy_file=str(files[setup.hybrid])))
     show_md(f"`hasattr(mindspore.nn, 'ModelParallelCell')` → **{hasattr(nn, 'ModelParallelCell')}**, "
             f"`hasattr(mindspore.parallel, 'ModelParallelCell')` → **{hasattr(msp, 'ModelParallelCell')}**  \n"
-            f"`MatMul().shard{inspect.signature(ops.MatMul().shard)}`  \n"
             f"`build_searched_strategy{inspect.signature(msp.build_searched_strategy)}`  \n"
             f"`transform_checkpoints{inspect.signature(msp.transform_checkpoints)}`  \n"
             f"`'strategy_ckpt_config' in set_auto_parallel_context.__doc__` → "
             f"**{'strategy_ckpt_config' in ms.set_auto_parallel_context.__doc__}**  \n"
-            f"GPU/Ascend plan for {plan['layout']}: `set_auto_parallel_context(**{plan['context']})`, "
+            f"GPU/Ascend plan for {plan['layout']}: `parallel_mode={plan['context']['parallel_mode']!r}`, "
             f"`fc.matmul.shard({plan['matmul_in_strategy']})`, `fc.bias_add.shard({plan['bias_add_in_strategy']})`")
     relu6 = nn.ReLU6()(ms.Tensor(np.array([-1.0, 3.0, 8.0], np.float32))).asnumpy()
     acts = activation_counts(build_full_net(setup.base.replace(conv_impl="native"), setup.base.num_classes))

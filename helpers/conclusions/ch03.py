@@ -31,8 +31,8 @@ def reference_claim(r: dict) -> Claim:
                      "The step-by-step comparison with one process did not run on {device}: it needs the weights the "
                      "CPU path saves after each update.", device=r.get("device_target", "this device"))
     return claim("hybrid_equals_reference", d <= TOLERANCE and loss <= TOLERANCE,
-                 "Each of the {n} updates of the {hyb} run is the single-process update from the same weights: largest "
-                 "weight difference {d:.1e}, largest per-rank loss difference {loss:.1e} (tolerance {tol:.0e}).",
+                 "Each of the {n} updates of the {hyb} run is the single-process update from the same weights: weights "
+                 "within {d:.1e}, per-rank losses within {loss:.1e} (tolerance {tol:.0e}).",
                  "The {hyb} run is not the single-process update: largest weight difference {d:.1e}, per-rank loss "
                  "difference {loss:.1e}, above the tolerance {tol:.0e}.",
                  n=n, hyb=hyb, d=d, loss=loss, tol=TOLERANCE)
@@ -61,8 +61,8 @@ def checkpoint_claim(r: dict) -> Claim:
 def strategy_claim(r: dict) -> Claim:
     """Whether a strategy file that does not fit the job was refused before launch."""
     return claim("bad_strategy_rejected", bool(r["bad_strategy_rejected"]),
-                 "A strategy file written for 4 cards was refused before launch for {world} ranks, and 10 classes "
-                 "could not be split 4 ways.",
+                 "A 4-card strategy file was refused before launch for {world} ranks, and 10 classes could not be split 4 "
+                 "ways.",
                  "A strategy file that does not fit the job (4 cards offered to {world} ranks, or 10 classes split 4 "
                  "ways) was accepted.", world=r.get("world_size", 8))
 
@@ -83,14 +83,13 @@ def oom_claims(r: dict) -> list[Claim]:
     return [
         claim("dp_oom_under_cap", oom,
               "With {classes:,} classes, data parallel ({dp}, {db:,} bytes of classifier per rank) needed {dp_peak:.0f} MB "
-              "of address space per rank without a cap, and under a {cap} MB cap ({above:.0f} MB below that) it failed "
+              "per rank uncapped; under a {cap} MB cap ({above:.0f} MB below that) it failed "
               "with JobFailed kind '{kind}'.",
               "With {classes:,} classes, data parallel ({dp}) needed {dp_peak:.0f} MB per rank without a cap; under a "
               "{cap} MB cap it " + fail_text + ", not an out-of-memory failure.", **f),
         claim("oom_hint_names_split", bool(o.get("hint_names_split")),
-              "The out-of-memory message named the classifier split as the fix, with the bytes it saves at mp=2 and "
-              "beyond; accumulation, which leaves the classifier's weights, gradient and momentum whole, was not "
-              "suggested.",
+              "The out-of-memory message named the classifier split as the fix, not accumulation, which leaves the "
+              "classifier and its optimizer state whole.",
               "The out-of-memory message did not name the classifier split as the fix.") if oom else
         claim("oom_hint_names_split", None, "No out-of-memory message to read: the capped data-parallel job did not "
               "run out of memory."),

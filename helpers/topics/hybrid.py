@@ -201,6 +201,12 @@ def oom_message(error) -> str:
     return str(error).split("\n  --- tail of the log ---")[0]
 
 
+def oom_brief(error) -> str:
+    """``oom_message`` cut to what chapter 03 teaches: the failure's first line and the hint naming the fix."""
+    lines = oom_message(error).splitlines()
+    return "\n".join(lines[:1] + [line for line in lines[1:] if line.lstrip().startswith("hint:")])
+
+
 def dropped_optimizer_state(run) -> dict | None:
     """Rank 0's momentum and weight norms at the end of the run the merged checkpoint came from (None if the run
     did not record them): the momentum is what resuming from a weights-only checkpoint restarts from zero."""

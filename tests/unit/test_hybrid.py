@@ -393,6 +393,8 @@ def test_oom_message_drops_the_log_tail():
     msg = H.oom_message(exc)
     assert msg.startswith("job oom on rank 3: MemoryError: no room") and "line 1" not in msg
     assert H.oom_message(None) == "(the job finished: no failure)"
+    planned = JobFailed("oom", "MemoryError: no room\n  the planner estimates 9 MB\n  hint: split it", 3, "", "/runs/x")
+    assert H.oom_brief(planned) == "job oom on rank 3: MemoryError: no room\n  hint: split it"
 
 
 def test_the_oom_classifier_weighs_the_same_on_every_backbone():
