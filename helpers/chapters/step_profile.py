@@ -40,8 +40,8 @@ PLANS = {
 }
 AMP_LEVELS = ("O0", "O1", "O2", "O3")
 AMP_NOISE = 0.15            # the AMP band's floor: levels closer than 15 % on a shared 2-core machine are a tie
-SWEEP_HEADERS = ["fusion", "AllReduce calls / step", "gradient buckets (predicted)", "mean call size (KB)",
-                 "step time (s, no profiler)", "comm share (profiled)"]
+SWEEP_HEADERS = ["fusion", "calls/step", "buckets (predicted)", "call size (KB)", "step (s, unprofiled)", "comm share"]
+SHOWN = ("rank", "step (s)", "compute (s)", "communication (s)", "comm share")   # per-rank tables; plots show all
 UNFUSED = "unfused (default)"
 # What must be equal for two jobs' step times to compare (before/after): same work per step, same ranks, the same
 # steps timed (job_step_s: the unprofiled steps 1..profile_skip_steps-1) with the profiler in the same state.
@@ -122,9 +122,16 @@ def prepare(preset: str, rehearse: bool, progress: str = "auto", *, steps=None, 
                       profile=True, profile_skip_steps=plan["profile_from"], **job_overrides)
     plan["amp_world_size"] = plan["amp_world_size"] or base.world_size
     ch = Chapter(preset, rehearse, base, plan, gradient_bytes(base), progress)
-    show_table(config_table(base) + [("profiled steps", f"{plan['profile_from']}..{plan['steps'] - 1}"),
-                                     ("AMP jobs: ranks", plan["amp_world_size"])], ["setting", "value"])
+    shown = [r for r in config_table(base) if r[0] != "name" and r[1] != "n/a"]      # n/a: a card setting
+    show_table(shown + [("profiled steps", f"{plan['profile_from']}..{plan['steps'] - 1}"),
+                        ("AMP jobs: ranks", plan["amp_world_size"])], ["setting", "value"])
     return ch
+
+
+def show_columns(rows, headers, keep=SHOWN) -> None:
+    """Shows the columns of ``rows`` whose header is in ``keep`` (the rest are in the plot and the results file)."""
+    idx = [i for i, h in enumerate(headers) if h in keep]
+    show_table([[row[i] for i in idx] for row in rows], [headers[i] for i in idx])
 
 
 # ------------------------------------------------------------------------------ 0: the first look, before the profiler
@@ -144,7 +151,7 @@ def first_look(ch: Chapter) -> FirstLook | None:
         show_md(f"**No first look for this run:** its train step is not one the time split takes apart, so its "
                 f"verdict comes from data wait alone: {job.straggler.line()}")
         return None
-    show_table(look.rows(), list(look.HEADERS))
+    show_columns(look.rows(), look.HEADERS)
     show_md(f"**Verdict:** {look.verdict.line()}")
     plot_first_look(look)
     plt.show()
@@ -154,9 +161,7 @@ def first_look(ch: Chapter) -> FirstLook | None:
 def compare_first_look(look: FirstLook, baseline: ProfiledJob) -> float:
     """Shows the first look's communication share against the profiler's; returns their absolute difference."""
     diff = abs(look.comm_share - baseline.profile.comm_share)
-    show_table([("first look (split steps, no profiler)", look.comm_share),
-                ("profiler (kernel trace)", baseline.profile.comm_share), ("absolute difference", diff)],
-               ["communication share of the step", "value"])
+    show_md(f"Communication share: first look {look.comm_share:.3f}, profiler {baseline.profile.comm_share:.3f}.")
     return diff
 
 
@@ -169,9 +174,8 @@ def profile_baseline(ch: Chapter, look: FirstLook | None = None) -> ProfiledJob:
     show_md(f"Model: **{ch.base.arch}** (width {ch.base.width}), **{len(pb)} gradient tensors**, "
             f"**{sum(pb) / 2**20:.2f} MiB** of float32 gradients per step, largest tensor {max(pb) / 2**20:.3f} MiB.")
     job.trace_path = str(write_merged_trace(job.result)) if job.profile.has_timeline else ""
-    show_table(job.profile.table(), job.profile.TABLE_HEADERS)
-    show_md(f"Merged trace (one process per rank, kernels + each rank's step and data-wait spans): `{job.trace_path}` "
-            "— open it in https://ui.perfetto.dev or chrome://tracing." if job.trace_path else
+    show_columns(job.profile.table(), job.profile.TABLE_HEADERS)
+    show_md(f"Merged trace for https://ui.perfetto.dev: `{job.trace_path}`." if job.trace_path else
             "No kernel timeline in this profile (on GPU, MindSpore 2.10 writes no trace_view.json and the kernel "
             "timestamps file was missing): the breakdown above comes from the per-type op tables.")
     if look is not None:
@@ -272,12 +276,10 @@ def cell_fusion_ids(ch: Chapter, baseline: ProfiledJob) -> dict[str, ProfiledJob
 
 # ------------------------------------------------------------------------------ 5: mixed precision
 def amp_ranks_note(amp_world_size: int, base: JobConfig, preset: str) -> str:
-    """One sentence: how many ranks the mixed-precision jobs use, and why when fewer than the chapter's."""
-    fewer = (f" The chapter's other jobs use {base.world_size} in the `{preset}` preset: precision changes each "
-             "rank's compute, which a rank per core measures without the other ranks' contention for the cores, and "
-             "fewer ranks keep the notebook within its time budget.")
-    return (f"The mixed-precision jobs run on **{amp_world_size} rank(s)**, with fusion on (`auto`) and "
-            f"{base.batch_per_rank} images per rank." + (fewer if amp_world_size != base.world_size else ""))
+    """One sentence: how many ranks the mixed-precision jobs use, and the chapter's when fewer (why: appendix)."""
+    fewer = f" (other `{preset}` jobs: {base.world_size}; why: appendix)"
+    return (f"AMP jobs: **{amp_world_size} rank(s)**{fewer if amp_world_size != base.world_size else ''}, "
+            f"fusion `auto`, {base.batch_per_rank} images per rank.")
 
 
 def amp_kinds(conv_types) -> list[str]:
@@ -328,9 +330,9 @@ def amp_levels(ch: Chapter) -> Amp:
     ktab = {k: j.profile.kernel_types() for k, j in jobs.items()}
     device = base.device_target
     amp = Amp(jobs, ws, conv_impl, conv_types, kinds, {k: kernel_calls(ktab[k], kinds, device) for k in jobs})
-    show_md(conv_kernels_note(conv_impl))
-    show_table(amp_table_rows(amp.step_s, ktab, kinds, device),
-               ["level", "step (s)", "vs O0"] + [f"{t} (calls / ms per step)" for t in kinds])
+    show_md(conv_kernels_note(conv_impl) + " Kernel columns: calls / ms per step.")
+    show_columns(amp_table_rows(amp.step_s, ktab, kinds, device), ["level", "step (s)", "vs O0", *kinds],
+                 ["level", "vs O0", *kinds])                                     # the plot shows the seconds
     return amp
 
 
@@ -369,22 +371,19 @@ def before_after(ch: Chapter, t_base: float, sweep: Sweep, amp: Amp) -> dict:
     gb = baseline.result.config.global_batch
     out = dict(label=label, before_label=setting_label(UNFUSED, baseline.result.config), before=gb / t_base,
                after=gb / candidates[label].step_s, after_steps=unprofiled_steps(candidates[label].result))
-    show_table([(f"this machine, {ch.base.world_size} ranks ({label} vs {out['before_label']})", out["before"],
-                 out["after"], out["after"] / out["before"])], ["", "before (img/s)", "after (img/s)", "speed-up"])
+    show_table([(f"{out['before_label']} → {label}", out["before"], out["after"], out["after"] / out["before"])],
+               [f"{ch.base.world_size} ranks", "img/s before", "img/s after", "speed-up"])
     left_out = sorted({k for k, j in amp.jobs.items() if measured_differently(j.result.config, baseline.result.config)})
     if left_out:
-        show_md(f"Not compared: the AMP jobs ({', '.join(left_out)}) ran with a different "
-                f"{', '.join(measured_differently(amp.jobs[left_out[0]].result.config, baseline.result.config))} "
-                "than the baseline, so their step times are not measured like it.")
+        differ = measured_differently(amp.jobs[left_out[0]].result.config, baseline.result.config)
+        show_md(f"Not compared: the AMP jobs ({', '.join(left_out)}), whose {', '.join(differ)} differ.")
     return out
 
 
 def errata(amp: Amp) -> dict:
-    """Shows what the installed MindSpore says and the O0 / O3 kernel counts; returns the facts and the O3 verdict."""
+    """Shows what the installed MindSpore says; returns the facts and the O3 verdict (section 5's kernels)."""
     facts = ch04.mindspore_facts()
-    show_table(ch04.facts_rows(facts), ["what was checked", "this MindSpore says"])
-    show_table([(t, amp.kernels["O0"][t], amp.kernels["O3"][t]) for t in amp.kinds],
-               ["kernel", "O0 per step", "O3 per step"])
+    show_table(ch04.facts_rows(facts), ["checked", "this MindSpore says"])
     return dict(facts, o3_same_kernels=ch04.same_kernels(amp.kernels, amp.conv_types))
 
 

@@ -20,10 +20,8 @@ def conv_kernel_types(conv_impl: str) -> tuple[str, ...]:
 def conv_kernels_note(conv_impl: str) -> str:
     """One sentence saying which kernels the chapter counts as convolution for this job."""
     if conv_impl == "native":
-        return ("The convolutions ran on MindSpore's native kernel (`conv_impl='native'`): "
-                "the convolution columns count `Conv2D`, `Conv2DBackpropInput` and `Conv2DBackpropFilter`.")
-    return ("The convolutions ran as im2col + batched matmul (`conv_impl='im2col'`): the convolution columns "
-            "count `Im2Col`, `BatchMatMul` and `Col2Im`; no `Conv2D*` kernel ran.")
+        return "Convolutions ran natively: `Conv2D`, `Conv2DBackpropInput`, `Conv2DBackpropFilter`."
+    return "Convolutions ran as im2col: `Im2Col`, `BatchMatMul`, `Col2Im`, no `Conv2D*`."
 
 
 # Per device, the op types that count as one of the table's kinds (a kind not listed counts only itself). The types

@@ -39,7 +39,7 @@ def test_amp_note_says_why_only_when_fewer_ranks():
     base = job_config("ci", world_size=2, global_batch=16)
     assert S.amp_ranks_note(2, base, "ci").endswith("8 images per rank.")
     fewer = S.amp_ranks_note(1, base, "ci")
-    assert "**1 rank(s)**" in fewer and "The chapter's other jobs use 2 in the `ci` preset" in fewer
+    assert "**1 rank(s)**" in fewer and "(other `ci` jobs: 2; why: appendix)" in fewer
 
 
 def test_amp_table_counts_each_kind_and_compares_with_O0():
