@@ -41,6 +41,18 @@ def test_writer_is_idempotent_and_complete(tmp_path):
     assert not (tmp_path / "d.partial").exists()
 
 
+def test_images_saved_on_every_core_are_the_bytes_saved_one_by_one(tmp_path, monkeypatch):
+    import data_prep.digits as digits
+
+    scans = np.random.default_rng(0).integers(0, 17, (70, 8, 8)).astype(np.float64)
+    jobs = [(s, 64 if i % 2 else 32, bool(i % 2), tmp_path / f"p{i}.JPEG") for i, s in enumerate(scans)]
+    digits.save_all(jobs)                                              # 70 images: a process pool
+    for scan, side, heavy, path in jobs[:6]:
+        digits.save_image(scan, side, heavy, tmp_path / "one.JPEG")
+        assert path.read_bytes() == (tmp_path / "one.JPEG").read_bytes()
+    assert all(p.stat().st_size > 0 for *_, p in jobs)
+
+
 def test_reader_yields_normalised_chw_batches_for_one_shard(standin):
     cfg = job_config("ci")
     data = build_dataset(cfg, "train", rank=3, world_size=8)
