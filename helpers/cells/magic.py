@@ -14,11 +14,11 @@ import argparse
 import re
 import shlex
 
-from helpers.cells.program import CellError
+from helpers.cells.program import SAME_GRAPH_ENV, CellError
 from helpers.core.config import JobConfig
 
 
-USAGE = "Usage: %%ranks CONFIG [--out NAME] [--name JOB] [--progress auto|text|none]"
+USAGE = "Usage: %%ranks CONFIG [--out NAME] [--name JOB] [--progress auto|text|none] [--same-graph]"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -29,14 +29,17 @@ class _Parser(argparse.ArgumentParser):
 
 
 def parse_magic_line(line: str) -> argparse.Namespace:
-    """``CONFIG [--out NAME] [--name JOB] [--progress auto|text|none]`` -> their values (``CellError`` if bad).
-    CONFIG is everything before the first option, so an expression with spaces works: ``cfg.replace(steps=2)``."""
+    """``CONFIG [--out NAME] [--name JOB] [--progress auto|text|none] [--same-graph]`` -> their values
+    (``CellError`` if bad). CONFIG is everything before the first option, so an expression with spaces works:
+    ``cfg.replace(steps=2)``. ``--same-graph``: the cell's first compiled graph is the same on every rank (data
+    parallel, no rank-dependent groups), so ranks 1.. load rank 0's instead of all compiling it at once."""
     first = re.search(r"(?:^|\s)--", line)
     head, tail = (line[:first.start()], line[first.start():]) if first else (line, "")
     ap = _Parser(prog="%%ranks", add_help=False)
     ap.add_argument("--out", default="cell_result")
     ap.add_argument("--name", default=None)
     ap.add_argument("--progress", default=None)
+    ap.add_argument("--same-graph", action="store_true")
     try:
         args, extra = ap.parse_known_args(shlex.split(tail))
     except ValueError as exc:              # shlex: an unclosed quote
@@ -68,6 +71,8 @@ def ranks_magic(line: str, cell: str, namespace: dict):
                         "helpers.core.config.job_config(...)")
     if args.name:
         cfg = cfg.replace(name=args.name)
+    if args.same_graph:
+        cfg = cfg.replace(env={**cfg.env, SAME_GRAPH_ENV: "1"})
     progress = args.progress or namespace.get("progress", "auto")
     result = run_cell(cell, cfg, namespace, magic_line=f"%%ranks {line}", progress=progress)
     namespace[args.out] = result

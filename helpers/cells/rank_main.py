@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from helpers.cells import reporting
-from helpers.cells.program import MODULE_NAME, VALUES_FILE
+from helpers.cells.program import MODULE_NAME, SAME_GRAPH_ENV, VALUES_FILE
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind, readable_error
@@ -82,6 +82,26 @@ def after_init(then) -> None:
     communication.init = management.init = init
 
 
+def share_first_graph(cfg: JobConfig, rank: int, world: int, out: MetricsWriter) -> None:
+    """``%%ranks ... --same-graph``: at its first graph compile, every rank but 0 loads rank 0's first graph instead
+    of compiling the same one at once on the shared cores (``helpers.train.shared_compile``, as the worker's train
+    step). Waiting at the compile, not after ``init()``, keeps the ranks in step with any collective run before it."""
+    from mindspore import nn
+
+    from helpers.train.shared_compile import take_leader_graph
+
+    original, waiting = nn.Cell.compile, [True]
+
+    @functools.wraps(original)
+    def compile(self, *args, **kwargs):
+        if waiting:
+            waiting.clear()
+            out.write("graph_share", result=take_leader_graph(cfg, rank, world))
+        return original(self, *args, **kwargs)
+
+    nn.Cell.compile = compile
+
+
 def main(argv=None) -> int:
     """Run the cell on this rank (or, in msrun's scheduler, until its ``init()``); returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -103,6 +123,8 @@ def main(argv=None) -> int:
     card = card_record(cfg.device_target, applied, ascend_soc() if cfg.device_target == "Ascend" else "")
     reporting.attach(out, pid=os.getpid(), world=int(os.environ.get("RANK_SIZE", cfg.world_size)),
                      host=os.uname().nodename, **card)
+    if os.environ.get(SAME_GRAPH_ENV) == "1":
+        share_first_graph(cfg, rank, int(os.environ.get("RANK_SIZE", cfg.world_size)), out)
     heartbeat = Heartbeat(run_dir, rank, ours=(str(cell_file),))
     after_init(lambda: (reporting.started(), heartbeat.start()))    # the watch reads a start record as "joined"
     try:

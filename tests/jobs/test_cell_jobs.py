@@ -6,16 +6,17 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from pathlib import Path
 
 import numpy as np
 import psutil
 import pytest
 
-from helpers.cells.program import CELL_FILE, CellError
+from helpers.cells.program import CELL_FILE, SAME_GRAPH_ENV, CellError
 from helpers.cells.run import run_cell
 from helpers.core.errors import JobFailed
-from helpers.core.metrics import read_records
+from helpers.core.metrics import metrics_path, read_records
 from helpers.job import host_memory as hm
 from helpers.job.stall import STEP_FACTOR
 from tests.job_marks import interrupted_once, kill_launcher_when, left, marker  # noqa: F401 (marker: a fixture)
@@ -137,6 +138,24 @@ def test_a_cell_with_a_graph_mode_net_runs_on_every_rank_and_returns_each_ranks_
         assert [s["loss"] for s in res.steps[r]] == [4 * (r + i) * 0.5 for i in range(cfg.steps)]
     text = (res.run_dir / CELL_FILE).read_text()
     assert text.startswith(f"# {MAGIC}\n") and text.splitlines()[1:] == NET_CELL.splitlines()
+    assert not left(marker)
+
+
+def test_same_graph_ranks_load_rank_0s_first_graph_and_still_compute_their_own(ci_config, tmp_path, marker):
+    """``%%ranks ... --same-graph``: with a cold cache, ranks 1-3 load the graph rank 0 compiled at their first
+    compile (MindSpore logs it) and each rank still returns what its own inputs give."""
+    from helpers.train.shared_compile import LOADED_LOG
+
+    cfg = small(ci_config, glog_v=2)
+    cfg = cfg.replace(env={**cfg.env, SAME_GRAPH_ENV: "1"})
+    body = NET_CELL + f"# a cell never cached before: {uuid.uuid4().hex}\n"     # its own, empty cache folder
+    res = run_cell(body, cfg, {"scale": 0.5}, magic_line=MAGIC + " --same-graph", progress="text", run_root=tmp_path)
+    assert res.returns == net_returns(cfg, 0.5), res.returns
+    shares = {r: rec["result"] for r in range(4) for rec in read_records(metrics_path(res.run_dir, r))
+              if rec["event"] == "graph_share"}
+    assert shares[0] == "not applicable" and all(shares[r].startswith("loaded rank 0's graph") for r in (1, 2, 3))
+    loaded = [r for r in range(4) if LOADED_LOG in (res.run_dir / "logs" / f"worker_{r}.log").read_text()]
+    assert loaded == [1, 2, 3], "MindSpore loaded the copied graph on ranks 1-3 and compiled it on rank 0"
     assert not left(marker)
 
 

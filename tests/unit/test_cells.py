@@ -67,7 +67,8 @@ def test_a_function_or_class_defined_in_the_notebook_must_move_into_the_cell():
 def test_the_magic_line_is_read_or_refused_with_its_usage():
     args = parse_magic_line("cfg --out first --name smoke")
     assert (args.cfg, args.out, args.name) == ("cfg", "first", "smoke")
-    assert parse_magic_line("job").out == "cell_result"
+    assert parse_magic_line("job").out == "cell_result" and not parse_magic_line("job").same_graph
+    assert parse_magic_line("ch.base --name x --same-graph").same_graph
     args = parse_magic_line("ch.code_cfg.replace(micro_batch=2, accumulation_steps=8) --out x")
     assert (args.cfg, args.out) == ("ch.code_cfg.replace(micro_batch=2, accumulation_steps=8)", "x")
     for bad in ("", "--out x", "cfg --outt x", "cfg --out 1x", "cfg --name 'x"):
