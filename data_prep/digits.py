@@ -110,7 +110,7 @@ def save_image(scan: np.ndarray, side: int, heavy: bool, path: Path) -> None:
 
 def save_all(images: list[tuple]) -> None:
     """``save_image`` for every ``(scan, side, heavy, path)``, on every core: a 2048 px progressive JPEG costs
-    ~30 ms to encode and Pillow holds the GIL while it does, so threads would not help."""
+    ~70 ms to encode and Pillow holds the GIL while it does, so threads would not help."""
     import multiprocessing
 
     workers = min(len(os.sched_getaffinity(0)), 8)

@@ -35,12 +35,13 @@ SEEDS = {"ci": (1, 2), "cpu": (1, 2, 3, 4, 5), "gpu8": (1, 2, 3)}   # each split
 REHEARSAL_SEEDS = (1, 2)
 SAMPLER_CLASS, SAMPLER_FILE = "StratifiedSampler", "stratified_sampler.py"   # the code cell's sampler, in the jobs
 # Chapter 01's training length where it differs from the preset's: 4 splits x 5 seeds x 8 steps is one job of
-# 160 steps, set by the chapter's 8 minutes at cpu on 2 cores (a phase is its steps plus ~5 s of start, precise BN
-# and evaluation): 16 steps took 11.5 min, 10 took 9.4 min, 8 take 7.6 min (benchmarks/results/course_time.json,
-# ch01_cpu_length_20261207). The stratified-vs-shuffle verdict moves with the length (tied at 8 and at 16-30 steps,
-# stratified ahead beyond the seeds' spread at 10): the chapter states the one its run measured. Each split trains its steps in one
-# round: a split resumed in a later round finds batches its pipeline read ahead while the others trained, which
-# hides a rank that reads slowly (helpers.train.phases starts each pipeline with its steps).
+# 160 steps, set by the chapter's 8 minutes at cpu on 2 cores (a phase is its steps plus ~9 s of pipeline start,
+# precise BN and evaluation): 16 steps took 11.5 min, 10 took 9.4 min, 8 take 7.6 min
+# (benchmarks/results/course_time.json, ch01_cpu_length_20261207). The stratified-vs-shuffle verdict moves with
+# the length (tied at 8 and 16 steps, stratified ahead beyond the seeds' spread at 10): the chapter states the one
+# its run measured. Each split trains its steps in one round: a split resumed in a later round finds batches its
+# pipeline read ahead while the others trained, which hides a rank that reads slowly (helpers.train.phases starts
+# each pipeline with its steps).
 CHAPTER_LENGTH = {"ci": dict(phase_rounds=1), "cpu": dict(steps=8, phase_rounds=1)}
 # Precise BN before every evaluation: BatchNorm's statistics recomputed from this many training batches per rank
 # (random images, every rank's pooled), so accuracy judges the weights, not running statistics that lag them.
