@@ -118,13 +118,13 @@ def main(argv=None) -> int:
     given = {**notebook_values(run_dir), **{name: cfg for name in argv[1:-1]}}   # the job's config by its names
     from helpers.train.heartbeat import Heartbeat
 
-    rank = int(os.environ.get("RANK_ID", "0"))
+    rank, world = int(os.environ.get("RANK_ID", "0")), int(os.environ.get("RANK_SIZE", cfg.world_size))
     out = MetricsWriter(run_dir, rank)
     card = card_record(cfg.device_target, applied, ascend_soc() if cfg.device_target == "Ascend" else "")
-    reporting.attach(out, pid=os.getpid(), world=int(os.environ.get("RANK_SIZE", cfg.world_size)),
+    reporting.attach(out, pid=os.getpid(), world=world,
                      host=os.uname().nodename, **card)
     if os.environ.get(SAME_GRAPH_ENV) == "1":
-        share_first_graph(cfg, rank, int(os.environ.get("RANK_SIZE", cfg.world_size)), out)
+        share_first_graph(cfg, rank, world, out)
     heartbeat = Heartbeat(run_dir, rank, ours=(str(cell_file),))
     after_init(lambda: (reporting.started(), heartbeat.start()))    # the watch reads a start record as "joined"
     try:
@@ -142,7 +142,7 @@ def main(argv=None) -> int:
     reporting.started()
     out.write("summary", **card, **reporting.summary())   # chip, precision mode, deterministic, as the worker
     out.close()
-    leave_together(int(os.environ.get("RANK_SIZE", cfg.world_size)))
+    leave_together(world)
     return 0
 
 
