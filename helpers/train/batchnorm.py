@@ -25,11 +25,11 @@ def _new_weight(cell) -> float:
 def _put(cells, values) -> None:
     """``values[i] = (mean, variance)`` into cell i's running statistics, copied into their memory (the compiled
     graphs read it; as ``helpers.train.phases.load_state``)."""
-    import mindspore as ms
+    from helpers.train.phases import write_param
 
     for c, (m, v) in zip(cells, values):
-        c.moving_mean.copy_(ms.Tensor(np.asarray(m, np.float32)))
-        c.moving_variance.copy_(ms.Tensor(np.asarray(v, np.float32)))
+        write_param(c.moving_mean, np.asarray(m, np.float32))
+        write_param(c.moving_variance, np.asarray(v, np.float32))
 
 
 def forward_statistics(net, batches, restore: bool = True) -> list[tuple[np.ndarray, list]]:

@@ -25,10 +25,22 @@ def step_state(step) -> dict:
 def load_state(step, state: dict) -> None:
     """Put ``state`` (from ``step_state``) back into the train step's parameters, copied into their memory (the
     graph reads it; ``set_data`` left the optimizer's step counter stale there); no recompilation."""
+    for p in step.get_parameters():
+        write_param(p, state[p.name])
+
+
+def write_param(p, value) -> None:
+    """``value`` into parameter ``p``'s memory. On CPU ``asnumpy()`` is a view of the memory the compiled graphs read,
+    written in place (a phase change's 167 writes: ~1 ms instead of ~250 ms of ``copy_`` op launches); elsewhere, or
+    if the view is a copy, ``copy_``."""
     import mindspore as ms
 
-    for p in step.get_parameters():
-        p.copy_(ms.Tensor(state[p.name]))
+    if ms.get_context("device_target") == "CPU":
+        view = p.asnumpy()
+        if view.flags.writeable and np.shares_memory(view, p.asnumpy()):
+            np.copyto(view, np.asarray(value, view.dtype).reshape(view.shape))
+            return
+    p.copy_(ms.Tensor(np.asarray(value)))
 
 
 def rounds(steps: int, n_rounds: int) -> list[range]:

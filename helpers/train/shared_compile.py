@@ -34,10 +34,10 @@ def applies(cfg, rank: int, world: int, env=os.environ) -> bool:
             and bool(env.get(CACHE_PATH_ENV)))
 
 
-def graph_files(cache: str, rank: int, role: str) -> tuple[Path, Path]:
-    """(graph 0, dependency hash) of ``rank`` in the cache folder ``cache``."""
+def graph_files(cache: str, rank: int, role: str, n: int = 0) -> tuple[Path, Path]:
+    """(graph ``n``, dependency hash) of ``rank`` in the cache folder ``cache``."""
     folder = Path(f"{cache}{RANK_FOLDER}{rank}") / GRAPH_FOLDER
-    return folder / f"{role}{GRAPH_PREFIX}0{GRAPH_SUFFIX}", folder / f"{role}{HASH_NAME}"
+    return folder / f"{role}{GRAPH_PREFIX}{n}{GRAPH_SUFFIX}", folder / f"{role}{HASH_NAME}"
 
 
 def _written(path: Path) -> bool:
@@ -48,21 +48,25 @@ def _written(path: Path) -> bool:
         return False
 
 
-def take_leader_graph(cfg, rank: int, world: int, env=os.environ, wait_s: float = WAIT_S) -> str:
-    """Copy rank 0's graph 0 into this rank's cache once it is complete; returns what happened (for the record)."""
+def take_leader_graph(cfg, rank: int, world: int, env=os.environ, wait_s: float = WAIT_S, n: int = 0,
+                      gone=lambda: False) -> str:
+    """Copy rank 0's graph ``n`` into this rank's cache once it is complete; returns what happened (for the record).
+    ``gone()``: rank 0 has moved past graph ``n`` without writing it (stop waiting)."""
     if not applies(cfg, rank, world, env):
         return "not applicable"
     role = env.get(ROLE_ENV, "")
-    mine, theirs = graph_files(env[CACHE_PATH_ENV], rank, role), graph_files(env[CACHE_PATH_ENV], 0, role)
-    if mine[1].exists():
+    mine, theirs = graph_files(env[CACHE_PATH_ENV], rank, role, n), graph_files(env[CACHE_PATH_ENV], 0, role, n)
+    if mine[0].exists() and mine[1].exists():
         return "own cache"
     t0 = time.monotonic()
     while not (_written(theirs[1]) and _written(theirs[0])):
-        if time.monotonic() - t0 > wait_s:
-            return f"compiled itself: rank 0's graph not written within {wait_s:.0f} s"
+        if time.monotonic() - t0 > wait_s or gone():
+            return f"compiled itself: rank 0's graph not written within {time.monotonic() - t0:.0f} s"
         time.sleep(POLL_S)
     mine[0].parent.mkdir(parents=True, exist_ok=True)
     for src, dst in zip(theirs, mine):        # the graph first, the hash (what MindSpore checks first) last
+        if dst.exists() and dst is mine[1]:
+            continue                           # this rank's own hash, written with its graph 0
         tmp = dst.with_name(dst.name + f".{os.getpid()}")
         shutil.copyfile(src, tmp)
         os.chmod(tmp, 0o400)

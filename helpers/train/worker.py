@@ -152,6 +152,7 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
     from helpers.train.evaluation import calibration_batches, judge
     from helpers.train.image_folder import scan_split
     from helpers.train.shared_compile import take_leader_graph
+    from helpers.train.shared_graphs import share_every_graph
 
     parallel = dict(parallel_mode=ParallelMode.DATA_PARALLEL, gradients_mean=True, device_num=world)
     if not cfg.grad_reduce:   # no DistributedGradReducer, so no gradient AllReduce: each rank trains alone
@@ -175,8 +176,11 @@ def train(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWrit
         from helpers.train.grad_accumulation import accumulating_step
 
         step = accumulating_step(step, cfg.accumulation_steps, cfg.accumulation_code)
-    # every rank but 0 loads rank 0's compiled train step instead of compiling it at the same time
-    out.write("graph_share", result=take_leader_graph(cfg, rank, world))
+    # every rank but 0 loads rank 0's compiled graphs (train step, evaluation, split steps) instead of compiling them
+    # at the same time: one "graph_share" record per graph on ranks 1.., one on rank 0 (or where nothing is shared)
+    shared = share_every_graph(cfg, rank, world, run_dir, lambda **kw: out.write("graph_share", **kw))
+    if rank == 0 or not shared:
+        out.write("graph_share", result=take_leader_graph(cfg, rank, world))
     if cfg.phase_samplers:   # chapter 01: one phase per sampler, one launch
         return _train_phases(cfg, rank, world, out, net, step, num_classes)
     data = build_dataset(cfg, "train", rank, world, batch_size=cfg.micro_batch_size).repeat()

@@ -35,9 +35,11 @@ def port_of(run_dir: Path) -> int:
 
 
 def test_eight_ranks_train_and_end_with_identical_weights(ci_config, tmp_path):
-    """Also: with a cold compile cache ranks 1-7 load rank 0's compiled step (``helpers.train.shared_compile``), and
-    train exactly as ranks that each compiled their own (a job without the cache)."""
+    """Also: with a cold compile cache ranks 1-7 load rank 0's compiled graphs, the train step's and precise BN's and
+    evaluation's after it (``helpers.train.shared_graphs``), and train and evaluate exactly as ranks that each
+    compiled their own (a job without the cache)."""
     cold = {"MS_COMPILER_CACHE_PATH": str(tmp_path / "cold_cache")}
+    ci_config = ci_config.replace(evaluate=True, bn_recalibration_batches=1)
     res = run_job(ci_config.replace(steps=2, glog_v=2, env=cold), progress="text", run_root=tmp_path / "shared")
     assert res.ranks == list(range(8))
     assert res.metric("loss").shape == (8, 2)
@@ -45,13 +47,18 @@ def test_eight_ranks_train_and_end_with_identical_weights(ci_config, tmp_path):
     assert len(set(res.metric("loss")[:, 0])) > 1, "ranks saw different data"
     assert res.returncode == 0 and res.wall_s > 0
     assert not processes_with_port(res.config.master_port)
-    shares = {r: rec["result"] for r in range(8) for rec in read_records(metrics_path(res.run_dir, r))
-              if rec["event"] == "graph_share"}
-    assert shares[0] == "not applicable" and all(shares[r].startswith("loaded rank 0's graph") for r in range(1, 8))
-    loaded = [r for r in range(8) if LOADED_LOG in (res.run_dir / "logs" / f"worker_{r}.log").read_text()]
-    assert loaded == list(range(1, 8)), "MindSpore loaded the copied graph on every other rank, compiled it on 0"
+    shares = {r: [rec["result"] for rec in read_records(metrics_path(res.run_dir, r)) if rec["event"] == "graph_share"]
+              for r in range(8)}
+    graphs = len(list((res.run_dir / "graph_share").glob("*.key")))
+    assert graphs >= 3, "the train step, precise BN's forward and the evaluation graph"
+    assert shares[0] == ["not applicable"]
+    assert all(len(shares[r]) == graphs and all(s.startswith("loaded rank 0's graph") for s in shares[r])
+               for r in range(1, 8)), shares
+    loaded = {r: (res.run_dir / "logs" / f"worker_{r}.log").read_text().count(LOADED_LOG) for r in range(8)}
+    assert loaded == {0: 0, **dict.fromkeys(range(1, 8), graphs)}, "MindSpore loaded every copied graph on 1-7"
     alone = run_job(ci_config.replace(steps=2, compile_cache=False), progress="none", run_root=tmp_path / "alone")
     assert (alone.metric("loss") == res.metric("loss")).all() and alone.summary("checksum") == res.summary("checksum")
+    assert alone.summary("accuracy") == res.summary("accuracy")
 
 
 def test_a_failing_rank_is_named_within_15_s_and_nothing_is_left(ci_config, tmp_path):

@@ -1,8 +1,10 @@
 """``helpers.train.shared_compile``: which ranks take rank 0's graph, and that they take it only once it is whole."""
 
 import os
+import time
 import stat
 
+import numpy as np
 import pytest
 
 from helpers.core.config import job_config
@@ -66,3 +68,50 @@ def test_a_rank_with_its_own_cached_graph_keeps_it(tmp_path):
     graph.write_bytes(b"own")
     digest.write_bytes(b"own hash")
     assert sc.take_leader_graph(cfg(), 5, 8, env(tmp_path)) == "own cache" and graph.read_bytes() == b"own"
+
+
+# ---------------------------------------------------------------- every graph (helpers.train.shared_graphs)
+def write_graph(tmp_path, rank, n, mode=0o400):
+    graph, digest = sc.graph_files(str(tmp_path / "cache"), rank, "MS_WORKER", n)
+    graph.parent.mkdir(parents=True, exist_ok=True)
+    graph.write_bytes(f"graph {n}".encode())
+    if not digest.exists():
+        digest.write_bytes(b"h" * 64)
+        os.chmod(digest, 0o400)
+    os.chmod(graph, mode)
+    return graph
+
+
+def test_a_later_graph_is_taken_when_rank_0_compiled_the_same_thing(tmp_path):
+    from helpers.train import shared_graphs as sg
+
+    write_graph(tmp_path, 0, 0), write_graph(tmp_path, 0, 1)
+    write_graph(tmp_path, 4, 0)                               # rank 4 compiled (or took) its graph 0 already
+    key = sg.graph_key("EvalNet", [np.zeros((16, 3, 32, 32), np.float32)])
+    assert key == "EvalNet((16, 3, 32, 32):float32)"
+    sg.publish(tmp_path, 1, key)
+    assert sg.take(cfg(), 4, 8, tmp_path, 1, key, env(tmp_path)).startswith("loaded rank 0's graph")
+    mine = sc.graph_files(str(tmp_path / "cache"), 4, "MS_WORKER", 1)[0]
+    assert mine.read_bytes() == b"graph 1"
+    assert sg.take(cfg(), 4, 8, tmp_path, 1, key, env(tmp_path)) == "own cache"
+
+
+def test_a_rank_compiling_something_else_than_rank_0_compiles_itself(tmp_path):
+    from helpers.train import shared_graphs as sg
+
+    write_graph(tmp_path, 0, 1)
+    sg.publish(tmp_path, 1, "EvalNet((16, 3, 32, 32):float32)")
+    text = sg.take(cfg(), 2, 8, tmp_path, 1, "EvalNet((8, 3, 32, 32):float32)", env(tmp_path))
+    assert text.startswith("compiled itself: rank 0's graph 1 is") and not (tmp_path / "cache" / "rank_2").exists()
+
+
+def test_no_wait_for_a_graph_rank_0_moved_past_without_writing(tmp_path):
+    from helpers.train import shared_graphs as sg
+
+    sg.publish(tmp_path, 3, "A()")
+    sg.publish(tmp_path, 4, "B()")                             # rank 0 compiles its next graph: no file 3 will come
+    t0 = time.monotonic()
+    text = sg.take(cfg(), 1, 8, tmp_path, 3, "A()", env(tmp_path), wait_s=30)
+    assert text.startswith("compiled itself") and time.monotonic() - t0 < 5
+    assert sg.take(cfg(), 1, 8, tmp_path, 9, "C()", env(tmp_path), wait_s=0.3).startswith("compiled itself: rank 0 "
+                                                                                          "compiled no graph 9")

@@ -1,0 +1,97 @@
+"""Every graph a data-parallel CPU worker compiles, not only its first, compiled once: ranks 1..n-1 load rank 0's.
+
+MindSpore numbers a process's cached graphs in compile order (``helpers.train.shared_compile``), so graph ``n`` of
+rank 0 is graph ``n`` of every rank that runs the same code: the worker's evaluation graphs, precise BN's and the
+time split's come after the train step. Before each fresh compile (MindSpore's ``_set_compile_cache_dep_files``
+call, made only when a graph is not compiled yet) rank 0 writes what it compiles (the cell or function and its
+arguments' shapes) to ``<run_dir>/graph_share/<n>.key``; another rank compiling the same thing as its graph ``n``
+copies rank 0's file once written, and compiles itself when rank 0 compiled something else, moved on without
+writing one, or the wait runs out. Only the worker uses it: a notebook cell's ranks may compile different graphs.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from helpers.train.shared_compile import WAIT_S, applies, take_leader_graph
+
+KEY_FOLDER = "graph_share"
+HOOKED = "_set_compile_cache_dep_files"    # graph/api.py: called right before a fresh compile (contract-pinned)
+
+
+def graph_key(name: str, args) -> str:
+    """What a compile compiles, the same on every rank: the cell or function and its arguments' shapes and types."""
+    def one(a):
+        shape = getattr(a, "shape", None)
+        return f"{tuple(shape)}:{getattr(a, 'dtype', '')}" if shape is not None else type(a).__name__
+    return f"{name}({', '.join(one(a) for a in args)})"
+
+
+def key_path(run_dir: Path, n: int) -> Path:
+    return Path(run_dir) / KEY_FOLDER / f"{n}.key"
+
+
+def publish(run_dir: Path, n: int, key: str) -> None:
+    """Rank 0: graph ``n`` is ``key`` (written whole, then renamed)."""
+    path = key_path(run_dir, n)
+    path.parent.mkdir(exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(key)
+    os.replace(tmp, path)
+
+
+def take(cfg, rank: int, world: int, run_dir: Path, n: int, key: str, env=os.environ, wait_s: float = WAIT_S) -> str:
+    """Another rank before compiling ``key`` as its graph ``n``: rank 0's graph ``n`` when it is the same one."""
+    import time
+
+    path, t0 = key_path(run_dir, n), time.monotonic()
+    while not path.exists():
+        if time.monotonic() - t0 > wait_s:
+            return f"compiled itself: rank 0 compiled no graph {n} within {wait_s:.0f} s"
+        time.sleep(0.2)
+    theirs = path.read_text()
+    if theirs != key:
+        return f"compiled itself: rank 0's graph {n} is {theirs}, this one {key}"
+    return take_leader_graph(cfg, rank, world, env, wait_s - (time.monotonic() - t0), n,
+                             gone=lambda: key_path(run_dir, n + 1).exists())
+
+
+def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ) -> bool:
+    """Hook MindSpore's compiles for this process (see the module's docstring); ``write(result=, graph=)`` records
+    what a rank but 0 did for each graph. Returns whether the hooks were installed."""
+    if not applies(cfg, 1, world, env):      # the job's ranks would share: rank 0 takes part by publishing
+        return False
+    from mindspore.graph import api
+
+    state = {"n": 0, "key": ""}
+
+    def before_compile():
+        n, key = state["n"], state["key"]
+        state["n"] += 1
+        if rank == 0:
+            publish(run_dir, n, key)
+        else:
+            write(result=take(cfg, rank, world, run_dir, n, key, env), graph=n)
+
+    def keep_key(compile_, name_of):
+        @functools.wraps(compile_)
+        def compile(self, first, *args, **kwargs):
+            state["key"] = graph_key(name_of(self, first), args)
+            return compile_(self, first, *args, **kwargs)
+        return compile
+
+    def hooked(original):
+        @functools.wraps(original)
+        def deps(self, *args, **kwargs):
+            before_compile()
+            return original(self, *args, **kwargs)
+        return deps
+
+    cells, jits = api._CellGraphExecutor, api._JitExecutor
+    cells.compile = keep_key(cells.compile, lambda _, obj: type(obj).__qualname__)
+    jits.compile = keep_key(jits.compile, lambda self, method: f"{getattr(self.fn, '__qualname__', method)}")
+    for cls in (cells, jits):
+        setattr(cls, HOOKED, hooked(getattr(cls, HOOKED)))
+    return True
