@@ -58,34 +58,30 @@ def take(cfg, rank: int, world: int, run_dir: Path, n: int, key: str, env=os.env
                              gone=lambda: key_path(run_dir, n + 1).exists())
 
 
-def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ) -> bool:
-    """Hook MindSpore's compiles for this process (see the module's docstring); ``write(result=, graph=)`` records
-    what a rank but 0 did for each graph. Returns whether the hooks were installed."""
-    if not applies(cfg, 1, world, env):      # the job's ranks would share: rank 0 takes part by publishing
-        return False
+_hooks: dict = {}      # this process's hooks, once installed: the count of fresh compiles and what to do at each
+
+
+def count_compiles() -> dict:
+    """Install the hooks (once per process): from now on every fresh compile is counted, and shared once armed."""
+    if _hooks:
+        return _hooks
     from mindspore.graph import api
 
-    state = {"n": 0, "key": ""}
-
-    def before_compile():
-        n, key = state["n"], state["key"]
-        state["n"] += 1
-        if rank == 0:
-            publish(run_dir, n, key)
-        else:
-            write(result=take(cfg, rank, world, run_dir, n, key, env), graph=n)
+    _hooks.update(n=0, key="", share=None)
 
     def keep_key(compile_, name_of):
         @functools.wraps(compile_)
         def compile(self, first, *args, **kwargs):
-            state["key"] = graph_key(name_of(self, first), args)
+            _hooks["key"] = graph_key(name_of(self, first), args)
             return compile_(self, first, *args, **kwargs)
         return compile
 
     def hooked(original):
         @functools.wraps(original)
         def deps(self, *args, **kwargs):
-            before_compile()
+            n, _hooks["n"] = _hooks["n"], _hooks["n"] + 1
+            if _hooks["share"]:
+                _hooks["share"](n, _hooks["key"])
             return original(self, *args, **kwargs)
         return deps
 
@@ -94,4 +90,25 @@ def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.e
     jits.compile = keep_key(jits.compile, lambda self, method: f"{getattr(self.fn, '__qualname__', method)}")
     for cls in (cells, jits):
         setattr(cls, HOOKED, hooked(getattr(cls, HOOKED)))
+    return _hooks
+
+
+def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ) -> bool:
+    """From the next compile on, rank 0 publishes each graph and the other ranks take it (the module's docstring);
+    ``write(result=, graph=)`` records what a rank but 0 did for each graph. Not when this process compiled a graph
+    before (a ``%%ranks`` cell's, before its follow-on job): the ranks' graph numbers might then differ. Returns
+    whether the ranks share."""
+    if not applies(cfg, 1, world, env):      # the job's ranks would share: rank 0 takes part by publishing
+        return False
+    hooks = count_compiles()
+    if hooks["n"]:
+        return False
+
+    def share(n: int, key: str) -> None:
+        if rank == 0:
+            publish(run_dir, n, key)
+        else:
+            write(result=take(cfg, rank, world, run_dir, n, key, env), graph=n)
+
+    hooks["share"] = share
     return True
