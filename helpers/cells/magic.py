@@ -18,7 +18,8 @@ from helpers.cells.program import SAME_GRAPH_ENV, CellError
 from helpers.core.config import JobConfig
 
 
-USAGE = "Usage: %%ranks CONFIG [--out NAME] [--name JOB] [--progress auto|text|none] [--same-graph]"
+USAGE = ("Usage: %%ranks CONFIG [--out NAME] [--name JOB] [--progress auto|text|none] [--same-graph] "
+         "[--then FOLLOW_ON]")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -32,7 +33,9 @@ def parse_magic_line(line: str) -> argparse.Namespace:
     """``CONFIG [--out NAME] [--name JOB] [--progress auto|text|none] [--same-graph]`` -> their values
     (``CellError`` if bad). CONFIG is everything before the first option, so an expression with spaces works:
     ``cfg.replace(steps=2)``. ``--same-graph``: the cell's first compiled graph is the same on every rank (data
-    parallel, no rank-dependent groups), so ranks 1.. load rank 0's instead of all compiling it at once."""
+    parallel, no rank-dependent groups), so ranks 1.. load rank 0's instead of all compiling it at once.
+    ``--then NAME``: a notebook ``FollowOn`` (or None: nothing follows) the same ranks run after the cell, in the
+    same launch."""
     first = re.search(r"(?:^|\s)--", line)
     head, tail = (line[:first.start()], line[first.start():]) if first else (line, "")
     ap = _Parser(prog="%%ranks", add_help=False)
@@ -40,6 +43,7 @@ def parse_magic_line(line: str) -> argparse.Namespace:
     ap.add_argument("--name", default=None)
     ap.add_argument("--progress", default=None)
     ap.add_argument("--same-graph", action="store_true")
+    ap.add_argument("--then", default=None)
     try:
         args, extra = ap.parse_known_args(shlex.split(tail))
     except ValueError as exc:              # shlex: an unclosed quote
@@ -73,10 +77,26 @@ def ranks_magic(line: str, cell: str, namespace: dict):
         cfg = cfg.replace(name=args.name)
     if args.same_graph:
         cfg = cfg.replace(env={**cfg.env, SAME_GRAPH_ENV: "1"})
+    then = follow_on(args.then, namespace, line)
     progress = args.progress or namespace.get("progress", "auto")
-    result = run_cell(cell, cfg, namespace, magic_line=f"%%ranks {line}", progress=progress)
+    result = run_cell(cell, cfg, namespace, magic_line=f"%%ranks {line}", progress=progress, then=then)
     namespace[args.out] = result
     display(Markdown(returns_table(result, args.out)))
+
+
+def follow_on(name: str | None, namespace: dict, line: str):
+    """The ``FollowOn`` that ``--then NAME`` names in the notebook (None: no option, or the name holds None)."""
+    from helpers.cells.run import FollowOn
+
+    if name is None:
+        return None
+    if not name.isidentifier() or name not in namespace:
+        raise CellError(f"%%ranks {line}: --then {name!r} is not a notebook name")
+    value = namespace[name]
+    if value is not None and not isinstance(value, FollowOn):
+        raise CellError(f"%%ranks {line}: --then {name} is a {type(value).__name__}, not a FollowOn "
+                        "(helpers.cells.run.FollowOn) or None")
+    return value
 
 
 def cell_text_of(value) -> str:

@@ -4,7 +4,8 @@ It opens the rank's records, loads the notebook values the cell reads, then runs
 ``course_cell`` from its file (so ``inspect`` finds the source MindSpore's GRAPH mode parses), on the device,
 threads and card settings of the config; the rank's start record and heartbeat begin when the cell's ``init()``
 returns. An error becomes the rank's failure record naming the cell's line, and only the cell's frames are shown;
-the cell's ``finish(value)`` goes into the rank's summary. msrun's scheduler goes straight to ``init()``.
+the cell's ``finish(value)`` goes into the rank's summary; with ``--then`` the config's worker task runs next, in the
+same process. msrun's scheduler goes straight to ``init()``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import traceback
 from pathlib import Path
 
 from helpers.cells import reporting
-from helpers.cells.program import MODULE_NAME, SAME_GRAPH_ENV, VALUES_FILE
+from helpers.cells.program import FOLLOW_ON_EVENT, MODULE_NAME, SAME_GRAPH_ENV, THEN_ENV, VALUES_FILE
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind, readable_error
@@ -102,6 +103,16 @@ def share_first_graph(cfg: JobConfig, rank: int, world: int, out: MetricsWriter)
     nn.Cell.compile = compile
 
 
+def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
+    """``%%ranks ... --then``: the config's worker task on this rank after the cell (same ``init()``, same records
+    file); its summary. Its first record gives the watchdog's compile allowance until the next one."""
+    from helpers.train.worker import run_task
+
+    reporting.started()
+    out.write(FOLLOW_ON_EVENT, task=cfg.task)
+    return run_task(cfg, run_dir, rank, world, out)
+
+
 def main(argv=None) -> int:
     """Run the cell on this rank (or, in msrun's scheduler, until its ``init()``); returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
@@ -125,11 +136,16 @@ def main(argv=None) -> int:
                      host=os.uname().nodename, **card)
     if os.environ.get(SAME_GRAPH_ENV) == "1":
         share_first_graph(cfg, rank, world, out)
+    if os.environ.get(THEN_ENV) == "1":       # the follow-on shares its graphs only if the cell compiled none
+        from helpers.train.shared_graphs import count_compiles
+
+        count_compiles()
     heartbeat = Heartbeat(run_dir, rank, ours=(str(cell_file),))
     after_init(lambda: (reporting.started(), heartbeat.start()))    # the watch reads a start record as "joined"
     try:
         try:
             run_cell(cell_file, given)
+            summary = follow_on(cfg, run_dir, rank, world, out) if os.environ.get(THEN_ENV) == "1" else {}
         finally:
             heartbeat.stop()
     except BaseException as exc:
@@ -140,7 +156,7 @@ def main(argv=None) -> int:
         print(tb, file=sys.stderr, flush=True)
         return 1
     reporting.started()
-    out.write("summary", **card, **reporting.summary())   # chip, precision mode, deterministic, as the worker
+    out.write("summary", **card, **summary, **reporting.summary())   # chip, precision mode, deterministic, as the worker
     out.close()
     leave_together(world)
     return 0

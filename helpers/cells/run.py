@@ -10,8 +10,11 @@ cache returned NaN losses and left the weights untouched (ARCHITECTURE.md).
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass, field
+from typing import Callable
 
-from helpers.cells.program import CELL_FILE, VALUES_FILE, cell_program, uses_jit
+from helpers.cells.program import CELL_FILE, THEN_ENV, VALUES_FILE, cell_program, uses_jit
+from helpers.core.errors import CellError
 from helpers.core.config import JobConfig
 from helpers.core.paths import resolve
 from helpers.job.compile_cache import CACHE_ENV, compile_cache_dir
@@ -40,11 +43,38 @@ def cell_job(result: JobResult) -> dict:
     return dict(worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)
 
 
+@dataclass(frozen=True)
+class FollowOn:
+    """A worker job the cell's ranks run right after the cell, in the same launch (``%%ranks ... --then NAME``): its
+    config (the same ranks as the cell's), and the run folder's files it needs, made from the cell's text (e.g. a
+    class the cell defines, for the job to use)."""
+
+    cfg: JobConfig
+    files: Callable[[str], dict[str, bytes]] = field(default=lambda text: {})
+
+
+SAME_RANKS = ("world_size", "local_world_size", "device_target", "launcher")
+
+
+def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
+    """The launched job's config: ``then``'s, on the cell's ranks (``CellError`` if they differ), named as the cell's
+    job, with ``THEN_ENV`` set; the cell reads it as ``cfg``."""
+    differ = [k for k in SAME_RANKS if getattr(cfg, k) != getattr(then.cfg, k)]
+    if differ:
+        raise CellError(f"%%ranks --then: the follow-on job must run on the cell's ranks; it differs in "
+                        f"{', '.join(f'{k} ({getattr(then.cfg, k)} against {getattr(cfg, k)})' for k in differ)}")
+    return then.cfg.replace(name=cfg.name, env={**then.cfg.env, **cfg.env, THEN_ENV: "1"})
+
+
 def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ranks", progress: str = "auto",
-             run_root="runs") -> JobResult:
+             run_root="runs", then: FollowOn | None = None) -> JobResult:
     """Run ``body`` (a cell's code) on ``cfg``'s ranks, where ``cfg`` is the job's config; every other name the
-    cell reads from the notebook is sent by value. Raises ``CellError`` before launch, ``JobFailed``
-    after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
+    cell reads from the notebook is sent by value. With ``then``, the same ranks run that worker job after the
+    cell (one launch; the result holds both: ``.returns`` and the job's records). Raises ``CellError`` before
+    launch, ``JobFailed`` after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
     files = cell_program(magic_line, body, namespace, provided={CONFIG_NAME}).files()
+    if then is not None:
+        cfg = follow_on_config(cfg, then)
+        files = {**then.files(files[CELL_FILE].decode()), **files}
     return run_job(cell_config(cfg, files), progress=progress, run_root=run_root,
                    worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)

@@ -10,8 +10,6 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.cells.program import CELL_FILE
-from helpers.core.cell_source import definitions
 from helpers.core.config import config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import run_job
@@ -21,6 +19,7 @@ from helpers.output.tables import show_md, show_table
 from helpers.conclusions.ch01_batchnorm import bn_claims
 from helpers.conclusions.ch01_repeats import payoff_sentence
 from helpers.topics import bn_ranks, seed_repeats, seen_classes, shard_stats
+from helpers.topics.cell_sampler import SAMPLER_CODE, cell_sampler, cell_sampler_class, sampler_file
 from helpers.topics.class_load import class_load_md, class_load_rows, every_nth, measure_class_load
 from helpers.train.data import HEAVY_STANDIN_DIR, STANDIN_DIR, prepare_data
 from helpers.train.sampler import SHARD_KINDS, shard_indices
@@ -33,7 +32,6 @@ PHASE_ORDER = ("distributed", "contiguous", "distributed_shuffle", "stratified")
 IMAGENET_SHARDS_READ = {"ci": 1, "cpu": 2, "gpu8": 8}   # shards of the shuffled DistributedSampler read
 SEEDS = {"ci": (1, 2), "cpu": (1, 2, 3, 4, 5), "gpu8": (1, 2, 3)}   # each split trained once per seed
 REHEARSAL_SEEDS = (1, 2)
-SAMPLER_CLASS, SAMPLER_FILE = "StratifiedSampler", "stratified_sampler.py"   # the code cell's sampler, in the jobs
 # Chapter 01's training length where it differs from the preset's: 4 splits x 5 seeds x 8 steps is one job of
 # 160 steps, set by the chapter's 8 minutes at cpu on 2 cores (a phase is its steps plus ~9 s of pipeline start,
 # precise BN and evaluation): 16 steps took 11.5 min, 10 took 9.4 min, 8 take 7.6 min
@@ -126,22 +124,23 @@ def chapter_seeds(preset: str, rehearse: bool, override=None) -> tuple[int, ...]
     return tuple(override) if override else REHEARSAL_SEEDS if rehearse else SEEDS[preset]
 
 
-def cell_sampler_code(code_cell) -> str:
-    """The code cell's ``StratifiedSampler`` with the cell's imports, from its last run (``code_cell``, its job)."""
-    return definitions((code_cell.run_dir / CELL_FILE).read_text(), [SAMPLER_CLASS])
+def samplers_job(base, seeds, one_job: bool = True):
+    """The experiment's one job as the code cell's follow-on (``%%ranks ... --then``: one launch for both), its
+    ``stratified`` split the cell's sampler class; None with ``one_job`` False (one job per split, launched later)."""
+    from helpers.cells.run import FollowOn
+
+    if not one_job:
+        return None
+    cfg = base.replace(name="samplers", phase_samplers=list(PHASE_ORDER), phase_seeds=[int(x) for x in seeds],
+                       sampler_code=SAMPLER_CODE)
+    return FollowOn(cfg, sampler_file)
 
 
-def cell_sampler_class(code_cell) -> type:
-    """The code cell's ``StratifiedSampler`` class, here in the notebook (for the plan)."""
-    names: dict = {}
-    exec(compile(cell_sampler_code(code_cell), SAMPLER_FILE, "exec"), names)
-    return names[SAMPLER_CLASS]
-
-
-def cell_sampler(code_cell) -> tuple[dict, dict]:
-    """The code cell's ``StratifiedSampler`` for the experiment's jobs: (config changes, files for the run folder),
-    so the split called stratified is the class the learner wrote and ran, edits included."""
-    return dict(sampler_code=f"{SAMPLER_FILE}:{SAMPLER_CLASS}"), {SAMPLER_FILE: cell_sampler_code(code_cell).encode()}
+def ran_samplers(code_cell, seeds) -> bool:
+    """Whether the code cell's job already ran the experiment's phases for ``seeds`` (its ``--then``)."""
+    cfg = getattr(code_cell, "config", None)
+    return bool(cfg and list(cfg.phase_samplers) == list(PHASE_ORDER)
+                and [int(x) for x in cfg.phase_seeds] == [int(x) for x in seeds])
 
 
 def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code_cell=None) -> tuple[dict, dict]:
@@ -153,12 +152,14 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     t0 = time.monotonic()
     changes, files = cell_sampler(code_cell) if code_cell is not None else ({}, None)
     base = base.replace(**changes)
+    reused = one_job and ran_samplers(code_cell, seeds)      # the code cell's launch ran them (its --then)
     if one_job:
-        job = run_job(base.replace(name="samplers", phase_samplers=list(PHASE_ORDER), phase_seeds=seeds),
-                      progress=progress, files=files)
+        job = code_cell if reused else run_job(base.replace(name="samplers", phase_samplers=list(PHASE_ORDER),
+                                                            phase_seeds=seeds), progress=progress, files=files)
         by_seed = {x: {k: job.phase(f"{k}@{x}") for k in STRATEGIES} for x in seeds}
         first = by_seed[seeds[0]][PHASE_ORDER[0]].metric("step_s")[:, 0].max()
-        show_md(f"One {base.world_size}-rank job, {job.wall_s:.0f} s: {len(STRATEGIES)} splits x {len(seeds)} "
+        show_md(f"One {base.world_size}-rank job{' (the code cell above, then these phases)' if reused else ''}, "
+                f"{job.wall_s:.0f} s: {len(STRATEGIES)} splits x {len(seeds)} "
                 f"seeds = {len(STRATEGIES) * len(seeds)} phases of {base.steps} steps, "
                 + ("each seed's from one state (one digest per seed on every rank)."
                    if seeds_same_start(by_seed) else "**not** all from one state.")
@@ -176,7 +177,8 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     bn = dict(bn_rank=bn_ranks.by_seed(by_seed), device_target=base.device_target,   # what bn_claims reads
               **{k: v for k, v in results[STRATEGIES[0]].summaries[0].items() if k == "sync_batchnorm_error"})
     return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
-                         job_s=time.monotonic() - t0, straggler=stragglers, steady_step_s=steady, **bn)
+                         job_s=job.wall_s if reused else time.monotonic() - t0, straggler=stragglers,
+                         steady_step_s=steady, **bn)
 
 
 def phase_seconds(result) -> tuple[float, float]:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import psutil
 
+from helpers.cells.program import FOLLOW_ON_EVENT
 from helpers.train.heartbeat import read_beat
 from helpers.core.metrics import MetricsTail
 from helpers.core.footprint import HostPeak
@@ -16,7 +17,7 @@ from helpers.job.stall import (CpuActivity, RankProgress, frozen_before, quiet_b
                                stopped_ranks, stuck_ranks)
 from helpers.core.errors import failure_kind
 
-PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "evaluating", "summary")
+PROGRESS_EVENTS = ("start", "ready", "step", "profile_analysis", "trained", "evaluating", FOLLOW_ON_EVENT, "summary")
 VANISH_GRACE_S = 2.0    # a worker gone without an exit file or summary: wait this long for its records
 SETTLE_S = 1.0          # after the first sign of failure, wait this long for the other ranks' records
 RANK_GUARD = "helpers.job.rank_guard"    # the module msrun runs on every rank (python -m ...), the worker's parent

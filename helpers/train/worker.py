@@ -353,6 +353,16 @@ def leave_together(world: int) -> None:
         ops.AllReduce()(ms.Tensor(np.ones(1, np.float32))).asnumpy()
 
 
+def run_task(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
+    """The config's task on this rank, after ``init()`` (here, or a ``%%ranks --then`` cell's): its summary."""
+    apply_cpu_memory_cap(cfg)
+    if cfg.task == "grad_check":   # chapter 02: accumulated vs full-batch gradients, on every rank
+        from helpers.train.accumulation_check import run_task as grad_check
+
+        return grad_check(cfg, rank, world)
+    return train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
+
+
 def main(argv=None) -> int:
     """The per-rank entry point: init(), run the config's task, write its summary line."""
     argv = sys.argv[1:] if argv is None else argv
@@ -371,13 +381,7 @@ def main(argv=None) -> int:
     from helpers.train.heartbeat import Heartbeat
 
     with recording_failures(out), Heartbeat(run_dir, rank):
-        apply_cpu_memory_cap(cfg)
-        if cfg.task == "grad_check":   # chapter 02: accumulated vs full-batch gradients, on every rank
-            from helpers.train.accumulation_check import run_task
-
-            summary = run_task(cfg, rank, world)
-        else:
-            summary = train(cfg, run_dir, rank, world, out) if cfg.task == "train" else {}
+        summary = run_task(cfg, run_dir, rank, world, out)
         out.write("summary", **{**card, **summary})   # chip, precision mode, deterministic: in the JobResult too
         leave_together(world)
     return 0

@@ -262,3 +262,64 @@ def test_a_cell_that_does_not_fit_in_host_memory_is_refused_before_anything_star
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= children, "no msrun was started"
     assert not run_dirs(tmp_path), "no run folder left behind"
     assert not left(marker)
+
+
+# ------------------------------------------------------------------ --then: the cell's ranks go on to a worker job
+CLASS_CELL = """\
+import numpy as np
+from mindspore.communication import get_rank, init
+from helpers.cells import finish, report
+
+
+class Doubler:
+    def twice(self, x):
+        return 2 * x
+
+
+init()
+report(step=0, loss=1.0)
+finish({"rank": get_rank(), "twice": Doubler().twice(get_rank())})
+"""
+
+
+def test_then_runs_a_training_job_on_the_cells_ranks_in_the_same_launch(ci_config, tmp_path, marker):
+    """``--then``: one launch, the cell's ``finish`` values and the follow-on job's steps and summary in its result,
+    a file made from the cell's text in the run folder, and the ranks' weights equal after training."""
+    from helpers.cells.run import FollowOn
+
+    cfg = small(ci_config, steps=2)
+    then = FollowOn(cfg.replace(name="follow"), lambda text: {"class.txt": text.encode()})
+    res = run_cell(CLASS_CELL, cfg.replace(name="both"), {}, magic_line=MAGIC + " --then then", progress="text",
+                   run_root=tmp_path, then=then)
+    assert run_dirs(tmp_path) == [res.run_dir] and res.run_dir.name.endswith("-both")
+    assert res.returns == {r: {"rank": r, "twice": 2 * r} for r in range(4)}
+    assert "class Doubler" in (res.run_dir / "class.txt").read_text()
+    for r in range(4):
+        recs = read_records(metrics_path(res.run_dir, r))
+        events = [x["event"] for x in recs]
+        assert events.index("follow_on") > events.index("step") and events[-1] == "summary"
+        assert [x["step"] for x in recs if x["event"] == "step"] == [0, 0, 1], "the cell's report, then 2 steps"
+    assert res.weights_identical and res.summary("steps") == 2
+    assert not left(marker)
+
+
+def test_a_follow_on_failing_on_rank_2_is_named_and_nothing_is_left(ci_config, tmp_path, marker):
+    from helpers.cells.run import FollowOn
+
+    cfg = small(ci_config, steps=20)
+    then = FollowOn(cfg.replace(fail_rank=2, fail_step=1))
+    with pytest.raises(JobFailed) as info:
+        run_cell(CLASS_CELL, cfg, {}, magic_line=MAGIC + " --then then", progress="none", run_root=tmp_path, then=then)
+    err = info.value
+    assert err.kind == "crash" and err.rank == 2 and "injected failure" in str(err), str(err)
+    assert not left(marker)
+
+
+def test_a_follow_on_on_other_ranks_is_refused_before_launch(ci_config, tmp_path):
+    from helpers.cells.run import FollowOn
+
+    cfg = small(ci_config)
+    with pytest.raises(CellError, match="world_size"):
+        run_cell(CLASS_CELL, cfg, {}, magic_line=MAGIC, run_root=tmp_path,
+                 then=FollowOn(cfg.replace(world_size=2, global_batch=16)))
+    assert not run_dirs(tmp_path)

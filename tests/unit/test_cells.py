@@ -76,6 +76,26 @@ def test_the_magic_line_is_read_or_refused_with_its_usage():
             parse_magic_line(bad)
 
 
+def test_then_names_a_follow_on_in_the_notebook_or_none():
+    from helpers.cells.magic import follow_on
+    from helpers.cells.run import FollowOn, follow_on_config
+    from helpers.cells.program import THEN_ENV
+    from helpers.core.config import JobConfig
+
+    assert parse_magic_line("base --then experiment").then == "experiment" and parse_magic_line("b").then is None
+    job = FollowOn(JobConfig(world_size=8, global_batch=64, name="samplers", phase_samplers=["contiguous"]))
+    assert follow_on("experiment", {"experiment": job}, "l") is job and follow_on("x", {"x": None}, "l") is None
+    assert follow_on(None, {}, "l") is None
+    for name, ns in (("missing", {}), ("x", {"x": 3}), ("a.b", {"a.b": job})):
+        with pytest.raises(CellError, match="--then"):
+            follow_on(name, ns, "l")
+    cell = JobConfig(world_size=8, global_batch=64, name="code", env={"A": "1"})
+    launched = follow_on_config(cell, job)
+    assert (launched.name, launched.phase_samplers, launched.env) == ("code", ("contiguous",), {"A": "1", THEN_ENV: "1"})
+    with pytest.raises(CellError, match="world_size"):
+        follow_on_config(cell.replace(world_size=4, global_batch=32), job)
+
+
 def test_report_writes_step_records_and_finish_keeps_plain_values(tmp_path):
     out = MetricsWriter(tmp_path, 2)
     reporting.attach(out, host="node1")
