@@ -299,7 +299,7 @@ def test_then_runs_a_training_job_on_the_cells_ranks_in_the_same_launch(ci_confi
         events = [x["event"] for x in recs]
         assert events.index("follow_on") > events.index("step") and events[-1] == "summary"
         assert [x["step"] for x in recs if x["event"] == "step"] == [0, 0, 1], "the cell's report, then 2 steps"
-    assert res.weights_identical and res.summary("steps") == 2
+    assert res.weights_identical and res.summary("steps") == [2] * 4
     assert not left(marker)
 
 
