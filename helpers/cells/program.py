@@ -16,13 +16,12 @@ import types
 from dataclasses import dataclass, field
 
 from helpers.core.errors import CellError
+from helpers.core.paths import CELL_FILE
 
-CELL_FILE = "cell.py"          # in the run directory: the cell, line for line
 VALUES_FILE = "cell_values.pkl"    # in the run directory: the notebook values the cell reads
 MODULE_NAME = "course_cell"    # the name the cell runs under on a rank (``__name__``)
 SAME_GRAPH_ENV = "COURSE_CELL_SAME_GRAPH"   # "1" (``%%ranks ... --same-graph``): ranks 1.. load rank 0's first graph
-FOLLOW_ON_EVENT = "follow_on"    # a rank's record as its follow-on job starts (a progress event: helpers.job.watch)
-THEN_ENV = "COURSE_CELL_THEN"   # "1" (``%%ranks ... --then JOB``): after the cell its ranks run the config's worker task
+THEN_ENV = "COURSE_CELL_THEN"   # "1" (``%%ranks ... --then JOB``): then the ranks run the config's worker task
 
 
 @dataclass

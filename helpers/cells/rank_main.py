@@ -20,11 +20,11 @@ import traceback
 from pathlib import Path
 
 from helpers.cells import reporting
-from helpers.cells.program import FOLLOW_ON_EVENT, MODULE_NAME, SAME_GRAPH_ENV, THEN_ENV, VALUES_FILE
+from helpers.cells.program import MODULE_NAME, SAME_GRAPH_ENV, THEN_ENV, VALUES_FILE
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind, readable_error
-from helpers.core.metrics import MetricsWriter
+from helpers.core.metrics import FOLLOW_ON_EVENT, MetricsWriter
 from helpers.train.card_runtime import ascend_soc
 from helpers.train.worker import leave_together, setup_runtime
 
@@ -156,7 +156,8 @@ def main(argv=None) -> int:
         print(tb, file=sys.stderr, flush=True)
         return 1
     reporting.started()
-    out.write("summary", **card, **summary, **reporting.summary())   # chip, precision mode, deterministic, as the worker
+    # chip, precision mode, deterministic as the worker writes them; a follow-on's summary; the cell's finish value
+    out.write("summary", **card, **summary, **reporting.summary())
     out.close()
     leave_together(world)
     return 0

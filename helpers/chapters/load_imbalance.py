@@ -177,7 +177,8 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     bn = dict(bn_rank=bn_ranks.by_seed(by_seed), device_target=base.device_target,   # what bn_claims reads
               **{k: v for k, v in results[STRATEGIES[0]].summaries[0].items() if k == "sync_batchnorm_error"})
     return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
-                         job_s=job.wall_s if reused else time.monotonic() - t0, straggler=stragglers,
+                         job_s=job.wall_s if reused else time.monotonic() - t0, job_with_cell=reused,
+                         straggler=stragglers,
                          steady_step_s=steady, **bn)
 
 
@@ -409,9 +410,9 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
                    accuracy={k: float(np.mean(v)) for k, v in repeats["accuracy"].items()},
                    final_loss_by_seed=repeats["final_loss"], accuracy_summary=seed_repeats.summary(repeats["accuracy"]),
                    final_loss_summary=seed_repeats.summary(repeats["final_loss"]), job_s=repeats["job_s"],
+                   job_with_cell=repeats.get("job_with_cell", False),
                    lr_schedule=base.lr_schedule, chapter_s=elapsed_s(), straggler_by_seed=repeats.get("straggler"),
-                   steady_step_s_by_seed=repeats.get("steady_step_s"),
-                   cores=os.cpu_count(), world_size=base.world_size,
+                   steady_step_s_by_seed=repeats.get("steady_step_s"), cores=os.cpu_count(), world_size=base.world_size,
                    bn_recalibration_batches=base.bn_recalibration_batches, bn_rank_means=bn_ranks.means(
                        repeats.get("bn_rank") or {}), **{k: repeats[k] for k in bn_ranks.CLAIM_KEYS if k in repeats})
         if "accuracy_batch_stats" in repeats:

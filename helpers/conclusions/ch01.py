@@ -87,9 +87,11 @@ def _job_claims(r: dict) -> list[Claim]:
                          "comparison is not on equal terms.", n=seeds))
     if r.get("chapter_s"):
         out.append(claim("chapter_time", None,
-                         "This chapter ran {m:.1f} min on this machine ({s:.0f} s, the {n}-seed training job "
-                         "{j:.0f} s of it), {steps} steps per phase, {lr} learning rate.",
-                         m=r["chapter_s"] / 60, s=r["chapter_s"], j=r["job_s"], n=len(r["seeds"]),
+                         "This chapter ran {m:.1f} min on this machine ({s:.0f} s, {job} {j:.0f} s of it), "
+                         "{steps} steps per phase, {lr} learning rate.",
+                         m=r["chapter_s"] / 60, s=r["chapter_s"], j=r["job_s"],
+                         job=("the code cell's launch with the {}-seed training job" if r.get("job_with_cell") else
+                              "the {}-seed training job").format(len(r["seeds"])),
                          steps=r["steps"], lr=r["lr_schedule"]))
     return out
 

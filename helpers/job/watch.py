@@ -9,9 +9,8 @@ from pathlib import Path
 
 import psutil
 
-from helpers.cells.program import FOLLOW_ON_EVENT
 from helpers.train.heartbeat import read_beat
-from helpers.core.metrics import MetricsTail
+from helpers.core.metrics import FOLLOW_ON_EVENT, MetricsTail
 from helpers.core.footprint import HostPeak
 from helpers.job.stall import (CpuActivity, RankProgress, frozen_before, quiet_before_first_step, stalled_ranks,
                                stopped_ranks, stuck_ranks)

@@ -3,8 +3,8 @@ split the experiment calls stratified is the class the learner wrote and ran, ed
 
 from __future__ import annotations
 
-from helpers.cells.program import CELL_FILE
 from helpers.core.cell_source import definitions
+from helpers.core.paths import CELL_FILE
 
 SAMPLER_CLASS, SAMPLER_FILE = "StratifiedSampler", "stratified_sampler.py"   # the code cell's sampler, in the jobs
 SAMPLER_CODE = f"{SAMPLER_FILE}:{SAMPLER_CLASS}"     # a job config's ``sampler_code``

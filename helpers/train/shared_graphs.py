@@ -30,6 +30,7 @@ def graph_key(name: str, args) -> str:
 
 
 def key_path(run_dir: Path, n: int) -> Path:
+    """Where rank 0 says what its graph ``n`` is."""
     return Path(run_dir) / KEY_FOLDER / f"{n}.key"
 
 
