@@ -38,8 +38,27 @@ def kill_processes_with_env(name: str, value: str, rounds: int = 3, wait_s: floa
                 p.kill()
             except psutil.NoSuchProcess:
                 pass
-        psutil.wait_procs(left, timeout=wait_s)
+        wait_ended(left, wait_s)
     return processes_with_env(name, value)
+
+
+def ended(p: psutil.Process) -> bool:
+    """Gone, or a zombie: it runs nothing and holds no memory, socket or file, only a table entry until its parent
+    (here often PID 1, once msrun is killed) reaps it."""
+    try:
+        return p.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def wait_ended(procs: list[psutil.Process], timeout: float) -> None:
+    """Until every process in ``procs`` has ended (``ended``) or ``timeout`` seconds passed. ``psutil.wait_procs``
+    waits for the reap too: ~0.7 s per killed grandchild here, over a second for each job's end."""
+    deadline = time.monotonic() + timeout
+    while procs and time.monotonic() < deadline:
+        procs = [p for p in procs if not ended(p)]
+        if procs:
+            time.sleep(0.02)
 
 
 def job_processes(job_id: str) -> list[psutil.Process]:

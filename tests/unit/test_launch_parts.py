@@ -240,3 +240,22 @@ def test_cpu_collectives_wait_as_long_as_the_compile_allowance_unless_the_user_s
     env = job_env(job_config("ci"), "job-1", base={"PATH": "/usr/bin", "MS_CPU_COMM_OP_TIMEOUT": "60"})
     assert env["MS_CPU_COMM_OP_TIMEOUT"] == "60"
     assert "MS_CPU_COMM_OP_TIMEOUT" not in job_env(job_config("gpu8"), "job-1", base={"PATH": "/usr/bin"})
+
+
+def test_a_killed_process_is_ended_once_it_is_a_zombie_without_waiting_for_its_reap():
+    import psutil
+
+    from helpers.job.processes import ended, wait_ended
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    proc = psutil.Process(child.pid)
+    assert not ended(proc)
+    t0 = time.monotonic()
+    wait_ended([proc], 0.3)
+    assert time.monotonic() - t0 >= 0.3, "a running process is waited for until the timeout"
+    proc.kill()
+    t0 = time.monotonic()
+    wait_ended([proc], 10.0)                 # nobody has reaped it: a zombie, ended
+    assert time.monotonic() - t0 < 2 and proc.status() == psutil.STATUS_ZOMBIE and ended(proc)
+    child.wait()
+    assert ended(proc), "gone"
