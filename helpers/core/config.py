@@ -142,6 +142,11 @@ class JobConfig:
         return self.micro_batch or self.batch_per_rank
 
     @property
+    def caps_address_space(self) -> bool:
+        """CPU with ``mem_cap_mb``: each rank's address space is capped (``train.worker.apply_cpu_memory_cap``)."""
+        return self.device_target == "CPU" and bool(self.mem_cap_mb)
+
+    @property
     def local_workers(self) -> int:
         return self.world_size if self.local_world_size is None else self.local_world_size
 

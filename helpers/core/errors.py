@@ -79,14 +79,22 @@ OOM_LOOKALIKES = (("could not create a primitive descriptor", "lib/plugin/libmin
 QUIET_LOG_LEVELS = ("[DEBUG]", "[INFO]", "[WARNING]")
 
 
-def failure_kind(text: str) -> str:
+# Under an address-space cap (RLIMIT_AS) a thread's stack is memory like any other: when the cap is reached as
+# MindSpore starts a thread, pthread_create fails with EAGAIN and the error is libc's strerror text (chapter 03's
+# capped data-parallel job, at graph compile). Without a cap the same text may be a thread limit: not read then.
+CAPPED_OOM_TEXTS = ("Resource temporarily unavailable",)
+
+
+def failure_kind(text: str, capped: bool = False) -> str:
     """``oom`` when the error text is one of the ways MindSpore, its device libraries, oneDNN or Python report
-    exhausted memory (``OOM_TEXTS``), else ``crash``; MindSpore's warning and info log lines are not read."""
+    exhausted memory (``OOM_TEXTS``; with ``capped``, a rank under an address-space cap, also ``CAPPED_OOM_TEXTS``),
+    else ``crash``; MindSpore's warning and info log lines are not read."""
     lines = (ln for ln in text.splitlines() if not ln.lstrip().startswith(QUIET_LOG_LEVELS))
     low = "\n".join(lines).lower()
     for lookalike, _ in OOM_LOOKALIKES:
         low = low.replace(lookalike, " ")
-    return "oom" if any(m in low for m in OOM_MARKERS) else "crash"
+    markers = OOM_MARKERS + (tuple(t.lower() for t in CAPPED_OOM_TEXTS) if capped else ())
+    return "oom" if any(m in low for m in markers) else "crash"
 
 
 CPP_STACK_HEADER = "- C++ Call Stack: (For framework developers)"   # MindSpore's error texts end with this section

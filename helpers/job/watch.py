@@ -297,7 +297,8 @@ class JobWatch:
         if events:
             r = first
             kind, message = exit_text(self.rank_exits()[r])
-            return Verdict(failure_kind(self._tail(r)) if kind == "crash" else kind, r, f"rank {r} {message}")
+            return Verdict(failure_kind(self._tail(r), self.cfg.caps_address_space) if kind == "crash" else kind, r,
+                           f"rank {r} {message}")
         return self._without_records()
 
     def _without_records(self) -> Verdict | None:
@@ -305,7 +306,8 @@ class JobWatch:
             codes = [p.returncode for p in self.procs]
             return Verdict("crash", None, f"msrun exited (codes {codes}) before any worker started: see msrun's log below")
         for r, _since in sorted(self.vanished.items(), key=lambda kv: kv[1]):
-            return Verdict(failure_kind(self._tail(r)), r, "worker process exited without finishing (no summary)")
+            return Verdict(failure_kind(self._tail(r), self.cfg.caps_address_space), r,
+                           "worker process exited without finishing (no summary)")
         return None
 
     def _tail(self, rank: int) -> str:

@@ -28,7 +28,7 @@ from helpers.train.profiler_session import ANALYSIS_EVENT, NoProfiler, profiling
 from helpers.train.shared_compile import CACHE_PATH_ENV   # one name for MindSpore's cache folder variable
 
 @contextmanager
-def recording_failures(out: MetricsWriter):
+def recording_failures(out: MetricsWriter, capped: bool = False):
     """Around a rank's work: an exception becomes the rank's ``failure`` record (its kind ``oom``/``crash``,
     the error, the traceback's tail), which the launcher reads to raise one readable ``JobFailed`` instead of
     msrun's exit code; it is then re-raised so msrun sees the failure. The metrics file is closed either way."""
@@ -36,7 +36,7 @@ def recording_failures(out: MetricsWriter):
         yield out
     except BaseException as exc:
         text = "".join(traceback.format_exception(exc))
-        out.write("failure", kind=failure_kind(text), error=readable_error(f"{type(exc).__name__}: {exc}"),
+        out.write("failure", kind=failure_kind(text, capped), error=readable_error(f"{type(exc).__name__}: {exc}"),
                   traceback=text[-4000:])
         raise
     finally:
@@ -83,7 +83,7 @@ def apply_cpu_memory_cap(cfg: JobConfig) -> None:
     MindSpore's 'Memory not enough' (reported as kind ``oom``) instead of swapping or hanging the machine.
     Applied after ``init()``, so communication set-up is not affected; the cap counts virtual memory,
     which peaks at 2-3x the resident size, so size it from a measured run (``vms_peak_mb``)."""
-    if cfg.device_target == "CPU" and cfg.mem_cap_mb:
+    if cfg.caps_address_space:
         cap = int(cfg.mem_cap_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
 
@@ -380,7 +380,7 @@ def main(argv=None) -> int:
     out.write("start", pid=os.getpid(), world=world, host=os.uname().nodename, **card)
     from helpers.train.heartbeat import Heartbeat
 
-    with recording_failures(out), Heartbeat(run_dir, rank):
+    with recording_failures(out, cfg.caps_address_space), Heartbeat(run_dir, rank):
         summary = run_task(cfg, run_dir, rank, world, out)
         out.write("summary", **{**card, **summary})   # chip, precision mode, deterministic: in the JobResult too
         leave_together(world)

@@ -261,3 +261,13 @@ def test_a_ranks_error_line_leaves_out_mindsporess_rules_and_cpp_stack():
     assert readable_error(text) == ("RuntimeError: \n- Memory not enough:\nMemory isn't enough and alloc failed, "
                                     "kernel name: BroadcastTo-op17, alloc size: 14155776B.")
     assert failure_kind(text) == "oom" and readable_error("ValueError: x") == "ValueError: x"
+
+
+def test_a_thread_that_cannot_start_under_an_address_space_cap_is_out_of_memory():
+    from helpers.core.config import JobConfig
+
+    text = mindspore_error("Resource temporarily unavailable")     # pthread_create's EAGAIN, as MindSpore raises it
+    assert failure_kind(text, capped=True) == "oom"
+    assert failure_kind(text) == "crash", "without a cap the same text may be a thread limit"
+    assert JobConfig(mem_cap_mb=3000).caps_address_space and not JobConfig().caps_address_space
+    assert not JobConfig(mem_cap_mb=3000, device_target="GPU").caps_address_space
