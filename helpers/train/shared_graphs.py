@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import functools
 import os
+import time
 from pathlib import Path
 
-from helpers.train.shared_compile import WAIT_S, applies, take_leader_graph
+from helpers.train.shared_compile import POLL_S, WAIT_S, applies, take_leader_graph
 
 KEY_FOLDER = "graph_share"
 HOOKED = "_set_compile_cache_dep_files"    # graph/api.py: called right before a fresh compile (contract-pinned)
@@ -45,13 +46,11 @@ def publish(run_dir: Path, n: int, key: str) -> None:
 
 def take(cfg, rank: int, world: int, run_dir: Path, n: int, key: str, env=os.environ, wait_s: float = WAIT_S) -> str:
     """Another rank before compiling ``key`` as its graph ``n``: rank 0's graph ``n`` when it is the same one."""
-    import time
-
     path, t0 = key_path(run_dir, n), time.monotonic()
     while not path.exists():
         if time.monotonic() - t0 > wait_s:
             return f"compiled itself: rank 0 compiled no graph {n} within {wait_s:.0f} s"
-        time.sleep(0.2)
+        time.sleep(POLL_S)
     theirs = path.read_text()
     if theirs != key:
         return f"compiled itself: rank 0's graph {n} is {theirs}, this one {key}"
