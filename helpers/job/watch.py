@@ -252,11 +252,13 @@ class JobWatch:
         return Verdict("hang", rank, f"ranks {stuck} stopped making progress ({why}):\n  " + "\n  ".join(lines))
 
     def _unsettled(self, stalled: list[int]) -> bool:
-        """Ranks whose last step came less than ``stall_s / 2`` after the stalled ranks' last progress are neither
-        stalled nor moving yet: under load one step's records land seconds apart, and the first ranks past the limit
-        are not the ones that hold the job up (a Slurm run named the waiting ranks 0 and 3 for hung rank 2)."""
+        """Ranks whose last progress (a step, an evaluation's) came less than ``stall_s / 2`` after the stalled ranks'
+        last progress are neither stalled nor moving yet: under load one step's records land seconds apart, and the
+        first ranks past the limit are not the ones that hold the job up (a Slurm run named the waiting ranks 0 and 3
+        for hung rank 2; with the evaluation graphs shared, the ranks waiting in its AllReduce for a rank hung in
+        the evaluation wrote their last record 0.1 s after it and 0.1 s before two others)."""
         last = max(self.progress[r].time for r in stalled)
-        return any(p.event == "step" and p.time < last + self.cfg.stall_s / 2
+        return any(p.event not in (None, "summary") and p.time < last + self.cfg.stall_s / 2
                    for r, p in self.progress.items() if r not in stalled)
 
     def _stuck_line(self, r: int, beat: dict, idle: dict[int, float], now: float) -> str:
