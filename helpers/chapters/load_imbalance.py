@@ -11,7 +11,8 @@ import matplotlib.pyplot as plt
 import numpy as np
 
 from helpers.core.config import config_table, job_config
-from helpers.core.step_times import steady_step_s
+from helpers.core.cpu_share import fair_share
+from helpers.core.step_times import phase_step_s
 from helpers.job.launch import run_job
 from helpers.job.straggler import SPLIT_PARTS, rank_time_split
 from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars, time_split_bars
@@ -32,14 +33,9 @@ PHASE_ORDER = ("distributed", "contiguous", "distributed_shuffle", "stratified")
 IMAGENET_SHARDS_READ = {"ci": 1, "cpu": 2, "gpu8": 8}   # shards of the shuffled DistributedSampler read
 SEEDS = {"ci": (1, 2), "cpu": (1, 2, 3, 4, 5), "gpu8": (1, 2, 3)}   # each split trained once per seed
 REHEARSAL_SEEDS = (1, 2)
-# Chapter 01's training length where it differs from the preset's: 4 splits x 5 seeds x 8 steps is one job of
-# 160 steps, set by the chapter's 8 minutes at cpu on 2 cores (a phase is its steps plus ~9 s of pipeline start,
-# precise BN and evaluation): 16 steps took 11.5 min, 10 took 9.4 min, 8 take 7.6 min
-# (benchmarks/results/course_time.json, ch01_cpu_length_20261207). The stratified-vs-shuffle verdict moves with
-# the length (tied at 8 and 16 steps, stratified ahead beyond the seeds' spread at 10): the chapter states the one
-# its run measured. Each split trains its steps in one round: a split resumed in a later round finds batches its
-# pipeline read ahead while the others trained, which hides a rank that reads slowly (helpers.train.phases starts
-# each pipeline with its steps).
+# Chapter 01's training length where it differs from the preset's: at cpu 4 splits x 5 seeds x 8 steps, set by the
+# chapter's 8 minutes on 2 cores (benchmarks/results/course_time.json, ch01_cpu_length_20261207); each split trains
+# in one round, since a split resumed later finds batches its pipeline read ahead, which hides a slow reader.
 CHAPTER_LENGTH = {"ci": dict(phase_rounds=1), "cpu": dict(steps=8, phase_rounds=1)}
 # Precise BN before every evaluation: BatchNorm's statistics recomputed from this many training batches per rank
 # (random images, every rank's pooled), so accuracy judges the weights, not running statistics that lag them.
@@ -65,6 +61,7 @@ def prepare(preset: str, rehearse: bool, **overrides):
                       **{**length, **given})
     if "data_dir" not in given and base.data_dir == STANDIN_DIR:
         base = base.replace(data_dir=HEAVY_STANDIN_DIR)     # the stand-in whose classes cost unequal reading
+    base = base.replace(rank_cpu_share=fair_share(base))    # a rank decodes on its share of the cores only
     index = prepare_data(base)
     show_table([r for r in config_table(base, SETTINGS) if r[1] != "n/a"], ["setting", "value"])
     counts = index.counts.tolist()
@@ -172,14 +169,14 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     show_table(rows, ["strategy", "later steps (s)", "precise BN + evaluation (s)", f"accuracy (seed {seeds[0]})"])
     values = seed_repeats.by_seed_values(by_seed)
     stragglers = {k: [by_seed[x][k].straggler.as_dict() for x in seeds] for k in STRATEGIES}
-    steady = {k: [steady_step_s(by_seed[x][k].metric("step_s"), skip=1, ranks="mean") for x in seeds]
-              for k in STRATEGIES}
+    per_step = {k: [phase_step_s(by_seed[x][k].metric("step_s")) for x in seeds] for k in STRATEGIES}
     bn = dict(bn_rank=bn_ranks.by_seed(by_seed), device_target=base.device_target,   # what bn_claims reads
               **{k: v for k, v in results[STRATEGIES[0]].summaries[0].items() if k == "sync_batchnorm_error"})
     return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
                          job_s=job.wall_s if reused else time.monotonic() - t0, job_with_cell=reused,
                          straggler=stragglers,
-                         steady_step_s=steady, **bn)
+                         phase_step_s=per_step, **bn,
+                         cpu_share=(job if one_job else results[STRATEGIES[0]]).summaries[0].get("cpu_share"))
 
 
 def phase_seconds(result) -> tuple[float, float]:
@@ -305,8 +302,8 @@ def plot_loss_per_rank(results: dict):
 
 
 def timing_rows(results: dict, measured: Measured) -> list[tuple]:
-    """(strategy, steady step of the ranks' mean, slowest / fastest rank, slowest rank's data wait, verdict)."""
-    return [(k, round(steady_step_s(r.metric("step_s"), skip=1, ranks="mean"), 3), round(measured.step_spread[k], 3),
+    """(strategy, seconds per step (``phase_step_s``), slowest / fastest rank, slowest rank's data wait, verdict)."""
+    return [(k, round(phase_step_s(r.metric("step_s")), 3), round(measured.step_spread[k], 3),
              round(measured.data_wait_ms[k], 1), verdict_words(measured.stragglers[k])) for k, r in results.items()]
 
 
@@ -319,9 +316,9 @@ def verdict_words(v) -> str:
 
 
 def show_timing(results: dict, measured: Measured) -> None:
-    """The per-strategy timing table with the straggler verdicts (first step, with graph compilation, left out)."""
+    """The per-strategy timing table with the straggler verdicts (seconds per step: every step of the phase)."""
     show_table(timing_rows(results, measured),
-               ["strategy", "step (s)", "slowest / fastest rank", "data wait (ms)", "others waited for"])
+               ["strategy", "s per step", "slowest / fastest rank", "data wait (ms)", "others waited for"])
 
 
 def plot_time_split(results: dict, measured: Measured, strategy: str = "contiguous"):
@@ -412,7 +409,8 @@ def recorded_values(preset: str, rehearse: bool, base, index, plan: Plan, measur
                    final_loss_summary=seed_repeats.summary(repeats["final_loss"]), job_s=repeats["job_s"],
                    job_with_cell=repeats.get("job_with_cell", False),
                    lr_schedule=base.lr_schedule, chapter_s=elapsed_s(), straggler_by_seed=repeats.get("straggler"),
-                   steady_step_s_by_seed=repeats.get("steady_step_s"), cores=os.cpu_count(), world_size=base.world_size,
+                   phase_step_s_by_seed=repeats.get("phase_step_s"), cpu_share=repeats.get("cpu_share"),
+                   cores=os.cpu_count(), world_size=base.world_size,
                    bn_recalibration_batches=base.bn_recalibration_batches, bn_rank_means=bn_ranks.means(
                        repeats.get("bn_rank") or {}), **{k: repeats[k] for k in bn_ranks.CLAIM_KEYS if k in repeats})
         if "accuracy_batch_stats" in repeats:

@@ -110,24 +110,35 @@ def _loss_spread_claim(r: dict) -> Claim:
 
 
 def _step_time_claim(r: dict) -> Claim:
-    """The blog's "cards 30% slower": the steady step under the contiguous and the stratified split, over the seeds
-    (an observation). A rank's step ends at the AllReduce, so a slow reader makes every rank slower; whether
-    spreading its reading over the ranks shortens the step depends on whether the ranks decode on cores of their own."""
-    steps = r.get("steady_step_s_by_seed")
+    """The blog's "cards 30% slower": seconds per step under the contiguous and the stratified split, over the
+    seeds. A rank's step ends at the AllReduce, so a slow reader makes every rank slower; spreading its reading
+    over the ranks shortens the step only where each rank decodes on cores of its own. With each rank held to its
+    share of the cores (``cpu_share``, as on a card server) that is a verdict; where the ranks share the cores
+    freely, an observation."""
+    steps = r.get("phase_step_s_by_seed")
     if not steps:                    # one seed: the ranks' spread and data waits
         return _rank_spread_claim(r)
     c, st = (spread(steps[k]) for k in ("contiguous", "stratified"))
+    share = r.get("cpu_share") or {}
     figures = dict(c=c["mean"], st=st["mean"], ratio=c["mean"] / st["mean"], n=c["n"], cores=r["cores"],
-                   ranks=r["world_size"], noise=max(c["max"] - c["min"], st["max"] - st["min"]))
+                   ranks=r["world_size"], noise=max(c["max"] - c["min"], st["max"] - st["min"]),
+                   share=share.get("share"), why=share.get("why"))
     shorter = c["mean"] - st["mean"] > figures["noise"]
-    shared = r["cores"] < r["world_size"]
-    text = ("The steady step took {c:.2f} s under the contiguous split and {st:.2f} s under the stratified one (mean "
-            "of {n} seeds; {ratio:.2f}x)" + (": stratified is shorter beyond the seed-to-seed range ({noise:.2f} s)."
-                                             if shorter else "; the seeds' range ({noise:.2f} s) is too wide to call "
-                                             "either shorter."))
-    if shared:
-        text += (" Here {ranks} ranks share {cores} cores: the decoding a split spreads over the ranks still queues "
-                 "for the same cores, and step times follow the machine's load; the straggler verdict does not.")
+    measured = ("a step took {c:.2f} s under the contiguous split and {st:.2f} s under the stratified one (every "
+                "step of a phase, its first included; mean of {n} seeds; {ratio:.2f}x)")
+    if share.get("held"):
+        held = ("With each rank held to its share of the {cores} cores ({share:.2f} of a core: a rank cannot borrow "
+                "the cores an idle rank leaves, as on a card server), ")
+        return claim("step_time", shorter, held + measured + ": stratified is shorter beyond the seeds' range "
+                     "({noise:.2f} s).", held + measured + ": not shorter beyond the seeds' range ({noise:.2f} s).",
+                     **figures)
+    text = measured[0].upper() + measured[1:] + (": stratified is shorter beyond the seeds' range ({noise:.2f} s)."
+                                                 if shorter else "; the seeds' range ({noise:.2f} s) is too wide to "
+                                                 "call either shorter.")
+    if r["cores"] < r["world_size"]:
+        text += (" Here {ranks} ranks share {cores} cores" + (" (no per-rank CPU quota: {why})" if share else "")
+                 + ": the decoding a split spreads over the ranks still queues for the same cores, so the step time "
+                 "is not judged; the straggler verdict is.")
     return claim("step_time", None, text, **figures)
 
 

@@ -108,6 +108,7 @@ class JobConfig:
     # runtime
     threads_per_rank: int = 1
     bind_cores: bool = False                  # CPU, more ranks than cores: pin local rank r to core r % cores
+    rank_cpu_share: float | None = None       # CPU: each rank capped at this fraction of a core while phases train (core.cpu_share)
     keep_fp32: bool = True                    # cards: float32 in float32 (Ascend: not on 910A; GPU: TF32 off)
     deterministic: bool = False               # cards: set_deterministic before init(); GPU: backward convs only
     compile_cache: bool = True                # reuse compiled graphs across jobs (runs/compile_cache)
@@ -321,6 +322,9 @@ def _check_placement(c: JobConfig, bad: _Problems) -> None:
             bad(f, "must be at least 1")
     if bad.ok("stall_s", "compile_stall_s") and not 0 < c.stall_s <= c.compile_stall_s:
         bad("stall_s", f"must be positive and at most compile_stall_s={c.compile_stall_s}")
+    if c.rank_cpu_share is not None and not (isinstance(c.rank_cpu_share, (int, float))
+                                             and 0 < c.rank_cpu_share <= (os.cpu_count() or 1)):
+        bad("rank_cpu_share", f"must be None or a fraction of one core in (0, {os.cpu_count() or 1}]")
     if bad.ok("fail_rank", "world_size") and c.fail_rank is not None and not 0 <= c.fail_rank < c.world_size:
         bad("fail_rank", "must be a rank of the job")
     if c.rehearsed_target is not None and not (c.rehearsal and c.rehearsed_target in CARD_TARGETS):

@@ -30,3 +30,9 @@ def steady_step_s(step_s, skip: int = 1, ranks: str = "slowest", fastest: bool =
 def img_per_s(step_s, global_batch: int, skip: int = 1) -> float:
     """Images per second of a job: the global batch over its steady (slowest-rank) step time."""
     return float(global_batch / steady_step_s(step_s, skip))
+
+
+def phase_step_s(step_s) -> float:
+    """A short run's wall seconds per step: the slowest rank's steps averaged, the first (its pipeline start and
+    first batch) included, so the data a rank reads before its first step counts too."""
+    return float(per_step_s(step_s, skip=0).mean())

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from helpers.core.config import JobConfig
+from helpers.core.cpu_share import remove_job_groups
 from helpers.core.errors import JobFailed
 from helpers.core.metrics import metrics_path, read_records
 from helpers.core.paths import new_run_dir
@@ -217,10 +218,12 @@ def _watch_loop(cfg: JobConfig, run_dir: Path, launcher, bar, job_id: str, t0: f
 
 
 def end_orphans() -> None:
-    """End what is left of jobs whose launcher died (their processes would hold cores and ports)."""
+    """End what is left of jobs whose launcher died (their processes would hold cores and ports), and their
+    ranks' CPU quota groups."""
     for left in (x for x in reap_orphans(end_orphan_job, cancel_orphan) if x["processes"]):
         log.warning("ended %d processes of a job whose launcher had died: %s", left["processes"], left["run_dir"])
         print(f"note: ended {left['processes']} processes left by a job whose launcher died ({left['run_dir']})")
+    remove_job_groups()
 
 
 def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
@@ -264,8 +267,10 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
         raise
     finally:
         unregister(job_id)
+        remove_job_groups(job_id)                  # the ranks' CPU quota groups (empty once they ended)
     wall = time.monotonic() - t0
     launcher.finish(job_id, STOP_AFTER_FINISH_S)   # nothing of the job may outlive the call
+    remove_job_groups(job_id)
     bar.close(f"finished in {wall:.1f} s")
     result = load_result(run_dir, 0, wall)
     log.info("job %s finished in %.1f s", run_dir, wall)

@@ -9,7 +9,8 @@ import time
 
 import psutil
 
-JOB_ID_ENV = "COURSE_JOB_ID"
+from helpers.core.paths import JOB_ID_ENV
+
 GRACE_S = 8.0           # after SIGINT, how long msrun gets to stop its workers before the sweep
 
 

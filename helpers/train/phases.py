@@ -6,9 +6,14 @@ weights that seed initialises and read in that seed's data order (chapter 01's r
 
 from __future__ import annotations
 
+import os
 import time
+from contextlib import nullcontext
 
 import numpy as np
+
+from helpers.core.cpu_share import CpuShareUnavailable, join_rank_group
+from helpers.core.paths import JOB_ID_ENV
 
 # MindSpore's DistributedSampler takes its shuffle seed from the global dataset seed when it is built (this line of
 # the wheel's dataset/engine/samplers.py; tests/contract/test_phase_seeds.py pins it): each seed's datasets are built
@@ -101,10 +106,11 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
     starts = {x: start if x is None else seeded_start(start, fresh_params(x)) for x in seeds}
     datasets = {x: _datasets(cfg, rank, world, x) for x in seeds}
     spent, done, total = {}, 0, 0.0
+    share, held = rank_cpu_share(cfg, rank)
     for i, seed in enumerate(seeds):
         built, data = datasets.pop(seed), {}
         if i == 0:
-            out.write("ready", **memory_now())    # memory before the first step
+            out.write("ready", **memory_now(), cpu_share=held)    # memory before the first step
         states = dict.fromkeys(cfg.phase_samplers, starts.pop(seed))
         started = {}
         for chunk in rounds(cfg.steps, cfg.phase_rounds):
@@ -112,12 +118,18 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                 load_state(step, states[k])
                 started.setdefault(k, state_digest(step_state(step)))    # what this phase really started from
                 t0 = time.perf_counter()
-                if k not in data:    # a split's pipeline starts with its steps: none reads ahead while another trains
+                steps = chunk
+                if done == 0 and share:          # the job's first step compiles the graphs: at the whole core
                     data[k] = built[k].create_tuple_iterator(num_epochs=-1)
-                run_steps(step, data[k], chunk, phase_name(k, seed), done)
+                    run_steps(step, data[k], steps[:1], phase_name(k, seed), done)
+                    steps, done = steps[1:], 1
+                with share.held(cfg.rank_cpu_share) if share else nullcontext():
+                    if k not in data:    # a split's pipeline starts with its steps: none reads ahead while another trains
+                        data[k] = built[k].create_tuple_iterator(num_epochs=-1)
+                    run_steps(step, data[k], steps, phase_name(k, seed), done)
                 spent[k] = spent.get(k, 0.0) + time.perf_counter() - t0
                 states[k] = step_state(step)
-                done += len(chunk)
+                done += len(steps)
         for k in cfg.phase_samplers:
             load_state(step, states[k])
             t0 = time.perf_counter()
@@ -129,7 +141,19 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
         for it in data.values():
             it.stop()                        # this seed's pipelines end before the next seed's start
     return dict(phases=phase_names(cfg), phase_rounds=len(rounds(cfg.steps, cfg.phase_rounds)),
-                train_s=float(total))
+                train_s=float(total), cpu_share=held)
+
+
+def rank_cpu_share(cfg, rank: int):
+    """This rank's CPU quota group when ``cfg.rank_cpu_share`` asks for one (else None), and what the records
+    say of it: the share, whether it holds, and why not."""
+    if cfg.rank_cpu_share is None:
+        return None, None
+    try:
+        return join_rank_group(os.environ.get(JOB_ID_ENV, "no-job-id"), rank), dict(share=cfg.rank_cpu_share,
+                                                                                     held=True, why=None)
+    except CpuShareUnavailable as e:
+        return None, dict(share=cfg.rank_cpu_share, held=False, why=str(e))
 
 
 def state_digest(state: dict) -> str:

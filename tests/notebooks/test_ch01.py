@@ -36,6 +36,10 @@ def test_01_load_imbalance(standin, tmp_path):
     assert [v["rank"] for v in r["straggler_by_seed"]["contiguous"]] == [7, 7]
     assert all(v["cause"] == "data" for v in r["straggler_by_seed"]["contiguous"])
     assert [v["rank"] for v in r["straggler_by_seed"]["stratified"]] == [None, None]
+    # with each rank held to its share of the cores (a quota where ranks outnumber cores), the stratified step is
+    # shorter than the contiguous one beyond the seeds' range; without a quota the step time is an observation
+    held = (r["cpu_share"] or {}).get("held")
+    assert claims_of(r)["step_time"]["holds"] is (True if held else None), claims_of(r)["step_time"]["text"]
     assert r["imagenet_scale_max_tv"]["stratified"] <= 0.002
     assert r["imagenet_scale_max_tv"]["stratified"] < r["imagenet_scale_max_tv"]["distributed_shuffle"]
     assert 0 < r["imagenet_scale_split_s"] < 5
@@ -54,6 +58,11 @@ def test_01_load_imbalance(standin, tmp_path):
     assert claims["payoff"]["text"].startswith("Judged on the weights")
     assert payoff_first(tmp_path) == claims["payoff"]["text"], "the payoff section opens with the measured answer"
     assert r["chapter_s"] > r["job_s"] > 0 and "min on this machine" in claims["chapter_time"]["text"]
+
+
+def claims_of(r: dict) -> dict:
+    """The recorded claims by id."""
+    return {c["id"]: c for c in r["claims"]}
 
 
 def payoff_first(out) -> str:

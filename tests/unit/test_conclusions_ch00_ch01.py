@@ -342,11 +342,24 @@ def test_ch01_time_verdict_against_the_predicted_heavy_rank_over_seeds():
 
 def test_ch01_step_time_over_seeds_says_whether_the_cores_are_shared():
     base = dict(ch01(), cores=2, world_size=8)
-    same = by_id(chapter01_claims(dict(base, steady_step_s_by_seed={"contiguous": [0.50, 0.56],
-                                                                    "stratified": [0.49, 0.55]})))["step_time"]
+    same = by_id(chapter01_claims(dict(base, phase_step_s_by_seed={"contiguous": [0.50, 0.56],
+                                                                   "stratified": [0.49, 0.55]})))["step_time"]
     assert "0.53 s under the contiguous split and 0.52 s" in same.text and "too wide to call either shorter" in same.text
-    assert "8 ranks share 2 cores" in same.text
-    apart = by_id(chapter01_claims(dict(base, cores=16, steady_step_s_by_seed={"contiguous": [0.80, 0.82],
-                                                                               "stratified": [0.50, 0.52]})))
-    assert "stratified is shorter beyond the seed-to-seed range" in apart["step_time"].text
+    assert "8 ranks share 2 cores" in same.text and same.holds is None
+    apart = by_id(chapter01_claims(dict(base, cores=16, phase_step_s_by_seed={"contiguous": [0.80, 0.82],
+                                                                              "stratified": [0.50, 0.52]})))
+    assert "stratified is shorter beyond the seeds' range" in apart["step_time"].text
     assert "share" not in apart["step_time"].text.split("range")[-1]
+    refused = by_id(chapter01_claims(dict(base, cpu_share=dict(share=0.25, held=False, why="not root"),
+                                          phase_step_s_by_seed={"contiguous": [0.8, 0.9], "stratified": [0.5, 0.6]})))
+    assert "no per-rank CPU quota: not root" in refused["step_time"].text and refused["step_time"].holds is None
+
+
+def test_ch01_step_time_is_a_verdict_when_each_rank_held_its_share_of_the_cores():
+    held = dict(ch01(), cores=2, world_size=8, cpu_share=dict(share=0.25, held=True, why=None))
+    shorter = by_id(chapter01_claims(dict(held, phase_step_s_by_seed={"contiguous": [1.5, 1.6],
+                                                                      "stratified": [1.2, 1.3]})))["step_time"]
+    assert shorter.holds is True and "0.25 of a core" in shorter.text and "stratified is shorter" in shorter.text
+    tied = by_id(chapter01_claims(dict(held, phase_step_s_by_seed={"contiguous": [1.5, 1.6],
+                                                                   "stratified": [1.2, 1.55]})))["step_time"]
+    assert tied.holds is False and "not shorter beyond the seeds' range (0.35 s)" in tied.text
