@@ -12,7 +12,7 @@ from __future__ import annotations
 from helpers.conclusions import Claim, claim
 from helpers.conclusions.ch01_batchnorm import bn_claims
 from helpers.conclusions.ch01_repeats import NAMES, repeat_claims
-from helpers.topics.seed_repeats import spread
+from helpers.topics.seed_repeats import paired, spread
 from helpers.topics.class_load import times
 NEAR_CHANCE = 2.0   # best accuracy below this many times chance: too few steps to compare the splits
 UNEVEN = 2.0        # a split whose heaviest rank reads this many times the mean load per epoch should slow it
@@ -120,21 +120,24 @@ def _step_time_claim(r: dict) -> Claim:
         return _rank_spread_claim(r)
     c, st = (spread(steps[k]) for k in ("contiguous", "stratified"))
     share = r.get("cpu_share") or {}
+    d = paired(steps["contiguous"], steps["stratified"])
     figures = dict(c=c["mean"], st=st["mean"], ratio=c["mean"] / st["mean"], n=c["n"], cores=r["cores"],
                    ranks=r["world_size"], noise=max(c["max"] - c["min"], st["max"] - st["min"]),
-                   share=share.get("share"), why=share.get("why"))
-    shorter = c["mean"] - st["mean"] > figures["noise"]
+                   share=share.get("share"), why=share.get("why"), low=d["low"], high=d["high"])
+    if c["n"] > 2:          # as the accuracy verdicts: the paired 95 % interval over the seeds excludes 0
+        shorter = d["ranked"] and d["mean"] > 0
+        beyond = "the seeds' spread (paired 95 % interval {low:+.2f} to {high:+.2f} s)"
+    else:                   # 2 seeds give no useful interval: the difference against either split's seed-to-seed range
+        shorter, beyond = c["mean"] - st["mean"] > figures["noise"], "the seeds' range ({noise:.2f} s)"
     measured = ("a step took {c:.2f} s under the contiguous split and {st:.2f} s under the stratified one (every "
                 "step of a phase, its first included; mean of {n} seeds; {ratio:.2f}x)")
     if share.get("held"):
         held = ("With each rank held to its share of the {cores} cores ({share:.2f} of a core: a rank cannot borrow "
                 "the cores an idle rank leaves, as on a card server), ")
-        return claim("step_time", shorter, held + measured + ": stratified is shorter beyond the seeds' range "
-                     "({noise:.2f} s).", held + measured + ": not shorter beyond the seeds' range ({noise:.2f} s).",
-                     **figures)
-    text = measured[0].upper() + measured[1:] + (": stratified is shorter beyond the seeds' range ({noise:.2f} s)."
-                                                 if shorter else "; the seeds' range ({noise:.2f} s) is too wide to "
-                                                 "call either shorter.")
+        return claim("step_time", shorter, held + measured + ": stratified is shorter beyond " + beyond + ".",
+                     held + measured + ": not shorter beyond " + beyond + ".", **figures)
+    text = measured[0].upper() + measured[1:] + (": stratified is shorter beyond " + beyond + "." if shorter else
+                                                 "; " + beyond + " is too wide to call either shorter.")
     if r["cores"] < r["world_size"]:
         text += (" Here {ranks} ranks share {cores} cores" + (" (no per-rank CPU quota: {why})" if share else "")
                  + ": the decoding a split spreads over the ranks still queues for the same cores, so the step time "

@@ -20,7 +20,7 @@ from helpers.core.paths import JOB_ID_ENV
 # right after ds.config.set_seed(seed).
 SAMPLERS_SOURCE = "dataset/engine/samplers.py"
 SEED_READ_AT_BUILD = "self.seed = ds.config.get_seed()"
-PREFETCH = 2                     # rows each pipeline op queues ahead in a phase (MindSpore's default: 16)
+PREFETCH = 1                     # rows each pipeline op queues ahead in a phase (MindSpore's default: 16)
 
 def step_state(step) -> dict:
     """Every parameter of the train step, copied to the host, by name."""
@@ -83,7 +83,7 @@ def _datasets(cfg, rank: int, world: int, seed: int | None) -> dict:
     run = cfg.replace(phase_samplers=(), phase_seeds=(), seed=cfg.seed if seed is None else seed)
     ds.config.set_seed(run.seed)     # read when each DistributedSampler is built (SEED_READ_AT_BUILD)
     # a phase is a few steps: MindSpore's default queues (16 rows per op) would decode batches no step reads, on the
-    # cores the other ranks train on; two keep one batch ready while the rank computes
+    # cores the other ranks train on (or, under a CPU quota, on the rank's own share); one row per op reads least ahead
     ds.config.set_prefetch_size(PREFETCH)
     return {k: build_dataset(run.replace(sampler=k), "train", rank, world, batch_size=cfg.micro_batch_size).repeat()
             for k in cfg.phase_samplers}
@@ -124,7 +124,7 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                     run_steps(step, data[k], steps[:1], phase_name(k, seed), done)
                     steps, done = steps[1:], 1
                 with share.held(cfg.rank_cpu_share) if share else nullcontext():
-                    if k not in data:    # a split's pipeline starts with its steps: none reads ahead while another trains
+                    if k not in data:    # a split's pipeline starts with its steps: none reads ahead meanwhile
                         data[k] = built[k].create_tuple_iterator(num_epochs=-1)
                     run_steps(step, data[k], steps, phase_name(k, seed), done)
                 spent[k] = spent.get(k, 0.0) + time.perf_counter() - t0

@@ -363,3 +363,14 @@ def test_ch01_step_time_is_a_verdict_when_each_rank_held_its_share_of_the_cores(
     tied = by_id(chapter01_claims(dict(held, phase_step_s_by_seed={"contiguous": [1.5, 1.6],
                                                                    "stratified": [1.2, 1.55]})))["step_time"]
     assert tied.holds is False and "not shorter beyond the seeds' range (0.35 s)" in tied.text
+
+
+def test_ch01_step_time_over_more_seeds_is_judged_by_the_paired_interval():
+    held = dict(ch01(), cores=2, world_size=8, cpu_share=dict(share=0.25, held=True, why=None))
+    # one slow seed widens contiguous's range past the difference, but every seed's pair agrees: shorter
+    drift = by_id(chapter01_claims(dict(held, phase_step_s_by_seed={"contiguous": [3.6, 3.1, 3.6, 2.5, 2.4],
+                                                                    "stratified": [1.8, 2.0, 2.1, 1.9, 2.2]})))
+    assert drift["step_time"].holds is True and "paired 95 % interval" in drift["step_time"].text
+    mixed = by_id(chapter01_claims(dict(held, phase_step_s_by_seed={"contiguous": [2.0, 1.5, 2.2, 1.6, 2.1],
+                                                                    "stratified": [1.8, 2.0, 1.7, 1.9, 2.2]})))
+    assert mixed["step_time"].holds is False and "not shorter beyond the seeds' spread" in mixed["step_time"].text
