@@ -12,7 +12,6 @@ import numpy as np
 
 from helpers.core.config import config_table, job_config
 from helpers.core.cpu_share import fair_share
-from helpers.core.step_times import phase_step_s
 from helpers.job.launch import run_job
 from helpers.job.straggler import SPLIT_PARTS, rank_time_split
 from helpers.output.plots import class_heatmaps, loss_per_rank, per_strategy_curves, strategy_bars, time_split_bars
@@ -169,7 +168,7 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     show_table(rows, ["strategy", "later steps (s)", "precise BN + evaluation (s)", f"accuracy (seed {seeds[0]})"])
     values = seed_repeats.by_seed_values(by_seed)
     stragglers = {k: [by_seed[x][k].straggler.as_dict() for x in seeds] for k in STRATEGIES}
-    per_step = {k: [phase_step_s(by_seed[x][k].metric("step_s")) for x in seeds] for k in STRATEGIES}
+    per_step = {k: [seen_classes.seconds_per_step(by_seed[x][k]) for x in seeds] for k in STRATEGIES}
     bn = dict(bn_rank=bn_ranks.by_seed(by_seed), device_target=base.device_target,   # what bn_claims reads
               **{k: v for k, v in results[STRATEGIES[0]].summaries[0].items() if k == "sync_batchnorm_error"})
     return results, dict(values, seeds=seeds, same_start=seeds_same_start(by_seed) if one_job else None,
@@ -302,8 +301,9 @@ def plot_loss_per_rank(results: dict):
 
 
 def timing_rows(results: dict, measured: Measured) -> list[tuple]:
-    """(strategy, seconds per step (``phase_step_s``), slowest / fastest rank, slowest rank's data wait, verdict)."""
-    return [(k, round(phase_step_s(r.metric("step_s")), 3), round(measured.step_spread[k], 3),
+    """(strategy, seconds per step (``seen_classes.seconds_per_step``), slowest / fastest rank, slowest rank's data
+    wait, verdict)."""
+    return [(k, round(seen_classes.seconds_per_step(r), 3), round(measured.step_spread[k], 3),
              round(measured.data_wait_ms[k], 1), verdict_words(measured.stragglers[k])) for k, r in results.items()]
 
 

@@ -32,7 +32,8 @@ def img_per_s(step_s, global_batch: int, skip: int = 1) -> float:
     return float(global_batch / steady_step_s(step_s, skip))
 
 
-def phase_step_s(step_s) -> float:
+def phase_step_s(step_s, skip: int = 0) -> float:
     """A short run's wall seconds per step: the slowest rank's steps averaged, the first (its pipeline start and
-    first batch) included, so the data a rank reads before its first step counts too."""
-    return float(per_step_s(step_s, skip=0).mean())
+    first batch) included unless ``skip``-ped (a step that built the graph), so the data a rank reads before its
+    first step counts too."""
+    return float(per_step_s(step_s, skip=skip).mean())

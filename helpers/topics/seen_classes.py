@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from helpers.core.step_times import phase_step_s
+
 
 def step_histograms(result, num_classes: int | None = None) -> np.ndarray:
     """(ranks, steps, classes): class counts of every rank's batch at every step, from the sparse
@@ -55,6 +57,13 @@ def batch_classes(result) -> np.ndarray:
     """(ranks, steps): how many distinct classes each rank's own batch held at each step (1 = a batch of one
     class: what a contiguous split of class-sorted data feeds a rank)."""
     return (step_histograms(result) > 0).sum(axis=2)
+
+
+def seconds_per_step(result) -> float:
+    """``step_times.phase_step_s`` of a phase (or a job of its own): every step, the first too unless it was the
+    job's first, which built the graph."""
+    first = result.steps[min(result.steps)][0]
+    return phase_step_s(result.metric("step_s"), skip=int(first.get("job_step", 0) == 0))
 
 
 def rank_step_spread(result, skip: int = 1) -> float:

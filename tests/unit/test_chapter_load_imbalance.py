@@ -6,6 +6,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from helpers.topics import seen_classes
+
 from helpers.chapters import load_imbalance as chapter
 from helpers.conclusions.ch01 import chapter01_claims
 from helpers.job.launch import JobResult
@@ -71,8 +73,13 @@ def test_measured_figures_and_recorded_values_feed_the_claims(shown):
     assert measured.step_spread["contiguous"] == pytest.approx(1.1)
     assert measured.data_wait_ms["contiguous"] == pytest.approx(2.0)
     rows = chapter.timing_rows(results, measured)
-    # seconds per step: the slowest rank's (1.1x) over every step, the first included: 9.9, 1.1 and 1.32
-    assert rows[0][0] == "contiguous" and rows[0][1] == pytest.approx((9.9 + 1.1 + 1.32) / 3, abs=1e-3)
+    # seconds per step: the slowest rank's (1.1x) over its steps; this job of its own built its graph in step 0
+    assert rows[0][0] == "contiguous" and rows[0][1] == pytest.approx((1.1 + 1.32) / 2, abs=1e-3)
+    later = fake_result([[[0]] * 3, [[5]] * 3], 0.1)
+    for recs in later.steps.values():        # a later phase of one job: its first step is counted
+        for i, rec in enumerate(recs):
+            rec["job_step"] = 8 + i
+    assert seen_classes.seconds_per_step(later) == pytest.approx((9.9 + 1.1 + 1.32) / 3, abs=1e-3)
 
     plan = chapter.plan_splits(LABELS, 8, 0, 40)
     base = SimpleNamespace(steps=3)

@@ -110,3 +110,13 @@ def test_heavy_classes_are_stored_large_in_train_only(tmp_path):
     report = class_costs(tmp_path / "h", sample=5, size=32, stem="small", repeat=3)
     cost = {c["name"]: c["decode_resize_s"] for c in report["classes"]}
     assert cost["digit_9"] > 3 * max(v for k, v in cost.items() if k != "digit_9"), cost
+
+
+def test_the_digits_are_read_from_scikit_learns_csv_exactly_as_load_digits_gives_them():
+    from sklearn.datasets import load_digits
+
+    from data_prep.digits import load_scans
+
+    scans, targets = load_scans()
+    digits = load_digits()
+    assert np.array_equal(scans, digits.images) and np.array_equal(targets, digits.target)
