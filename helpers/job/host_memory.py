@@ -40,10 +40,11 @@ TASK_EXTRA_MB = {"grad_check": 200.0}
 # chapter 04's profiled 8-rank ci jobs peaked at 2,593-2,638 MB against 2,611 MB for its unprofiled no_reduce job
 PROFILER_EXTRA_MB = 30.0
 # a job whose steps are sampled split (helpers.train.time_split) keeps three more graphs per rank: chapter 04's
-# first look took 117-128 MB per rank more than its unprofiled no_reduce job (ci 3,547 vs 2,611 MB; cpu 4,598 vs
-# 3,576 MB, 8 ranks); and a job of phases keeps one data pipeline per sampler and seed: chapter 01's at cpu (4
-# samplers x 5 seeds) took 200 MB per rank above that, at ci (4 x 1) 23 MB (as summed PSS)
-SPLIT_EXTRA_MB = 130.0
+# first look took 117-128 MB per rank more than its unprofiled no_reduce job when every rank compiled them (ci 3,547
+# vs 2,611 MB; cpu 4,598 vs 3,576 MB, 8 ranks), 22 MB once ranks 1-7 load rank 0's (ci 2,781 vs 2,608 MB,
+# helpers.train.shared_graphs; cpu not measured since); and a job of phases keeps one data pipeline per sampler and
+# seed: chapter 01's at cpu (4 samplers x 5 seeds) took 200 MB per rank above that, at ci (4 x 1) 23 MB (summed PSS)
+SPLIT_EXTRA_MB = 40.0
 PHASE_DATASET_MB = 10.0
 CARD_RANK_MB = 1500.0   # a GPU/Ascend rank's host side (runtime, data pipeline); its activations live on the card
 POLL_S = 2.0
