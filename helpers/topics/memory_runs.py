@@ -13,6 +13,8 @@ the measured MiB per image of batch, which the planner's ``activation_bytes_per_
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 MIB = 2 ** 20
@@ -190,8 +192,13 @@ def onednn_conv_kernels(lines) -> dict[str, str]:
 
 
 def sweep(batches, **kwargs) -> list[dict]:
-    """``measure_step_memory`` for each batch size, one fresh process each (sequential: fair on 2 cores)."""
-    return [measure_step_memory(int(b), **kwargs) for b in batches]
+    """``measure_step_memory`` for each batch size, one fresh process each, as many at once as there are cores (at
+    most 2: each holds its model's memory): a process's peak RSS and kernels do not depend on its neighbours (ci,
+    3 batches on 2 cores: 25.6 s against 31.1 s one after another, every peak within 0.3 MB)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max(1, min(2, len(batches), os.cpu_count() or 1))) as pool:
+        return list(pool.map(lambda b: measure_step_memory(int(b), **kwargs), batches))
 
 
 def fit_slope(xs, ys) -> tuple[float, float]:

@@ -97,3 +97,21 @@ def test_measure_step_memory_runs_in_a_fresh_interpreter_and_reads_the_onednn_ke
     r = measure_step_memory(2, width=0.125, steps=1, onednn_verbose=True)
     assert r["batch"] == 2 and r["conv_impl"] == "native" and r["step_s"] > 0
     assert r["allocator_max_allocated_mb"] == 0 and r["conv_kernels"]
+
+
+def test_the_sweep_measures_every_batch_in_its_own_process_and_keeps_their_order(monkeypatch):
+    import threading
+    import time
+
+    from helpers.topics import memory_runs
+
+    seen = []
+
+    def fake(batch, **kwargs):
+        time.sleep(0.05 * (3 - batch))          # the first batch finishes last
+        seen.append((batch, threading.get_ident(), kwargs["arch"]))
+        return {"batch": batch}
+
+    monkeypatch.setattr(memory_runs, "measure_step_memory", fake)
+    assert [r["batch"] for r in memory_runs.sweep([1, 2, 3], arch="resnet18")] == [1, 2, 3]
+    assert sorted(b for b, _, _ in seen) == [1, 2, 3] and {a for _, _, a in seen} == {"resnet18"}
