@@ -44,3 +44,24 @@ def test_a_rank_stuck_inside_an_evaluation_is_named_as_hung(ci_config, tmp_path,
     assert err.kind == "hang" and err.rank == 1, str(err)
     assert "_maybe_fail_eval" in str(err), "the stuck rank's place in the code is named"
     assert not left(marker)
+
+
+def test_ranks_held_to_their_cpu_share_leave_no_quota_group_when_one_fails(ci_config, tmp_path, marker):
+    from helpers.core.cpu_share import PREFIX, CpuShareUnavailable, cpu_cgroup
+
+    cfg = ci_config.replace(world_size=2, global_batch=16, steps=3, phase_samplers=("distributed", "stratified"),
+                            rank_cpu_share=1.0, fail_rank=1, fail_step=2, fail_mode="raise", timeout_s=300.0)
+    with pytest.raises(JobFailed) as info:
+        run_job(cfg, progress="none", run_root=tmp_path)
+    assert info.value.rank == 1, str(info.value)
+    held = {r["rank"]: r["cpu_share"] for r in records(tmp_path, "ready")}
+    try:
+        parent, _ = cpu_cgroup()
+    except CpuShareUnavailable:
+        parent = None
+    if parent is None or not all(v["held"] for v in held.values()):
+        pytest.skip(f"no per-rank CPU quota here: {held}")
+    assert held == {0: dict(share=1.0, held=True, why=None), 1: dict(share=1.0, held=True, why=None)}
+    run_dir = next(tmp_path.rglob("config.json")).parent
+    assert not list(parent.glob(f"{PREFIX}{run_dir.name}-*")), "the job's quota groups outlived it"
+    assert not left(marker)
