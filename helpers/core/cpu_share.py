@@ -11,11 +11,15 @@ root, macOS) ``join_rank_group`` raises ``CpuShareUnavailable`` saying why.
 from __future__ import annotations
 
 import os
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
+
 PERIOD_US = 20_000          # a short CFS period: the quota evens out within a step instead of in 100 ms bursts
 PREFIX = "ms_course_"
+QUIET = 0.25       # other work up to this fraction of the cores in every phase: the ranks got their shares
 
 
 class CpuShareUnavailable(RuntimeError):
@@ -69,6 +73,59 @@ class CpuShare:
             yield self
         finally:
             self.limit(None)
+
+
+def busy_seconds() -> float:
+    """CPU seconds this machine's cores have been busy since boot (a hypervisor's steal included)."""
+    t = psutil.cpu_times()
+    return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
+
+
+def group_seconds(job: Path) -> float:
+    """CPU seconds the processes now in the job's rank groups have used."""
+    total = 0.0
+    for procs in job.glob("rank_*/cgroup.procs"):
+        for pid in procs.read_text().split():
+            try:
+                t = psutil.Process(int(pid)).cpu_times()
+                total += t.user + t.system
+            except (psutil.Error, ValueError):
+                pass                        # ended since the group was read
+    return total
+
+
+class OtherWork:
+    """How much of the cores work outside the job took while its ranks held their shares, per phase: a quota caps
+    a rank but cannot give it the share another program (a second job, a test beside this one) is using."""
+
+    def __init__(self, share: CpuShare):
+        self.job, self.phases = share.group.parent, {}
+
+    @contextmanager
+    def during(self, phase: str):
+        """Count the block's wall seconds and the CPU seconds the machine spent outside the job toward ``phase``."""
+        t0, busy0, job0 = time.monotonic(), busy_seconds(), group_seconds(self.job)
+        try:
+            yield
+        finally:
+            wall, other = self.phases.get(phase, (0.0, 0.0))
+            self.phases[phase] = (wall + time.monotonic() - t0,
+                                  other + busy_seconds() - busy0 - (group_seconds(self.job) - job0))
+
+    def cores(self) -> dict:
+        """Other work's mean cores over every held block and the most over one phase (None before any block)."""
+        wall = sum(w for w, _ in self.phases.values())
+        if not wall:
+            return dict(other_cores=None, other_cores_max=None)
+        return dict(other_cores=max(0.0, sum(o for _, o in self.phases.values()) / wall),
+                    other_cores_max=max(max(0.0, o / w) for w, o in self.phases.values() if w))
+
+
+def quiet(record: dict, cores: int) -> bool:
+    """Whether work outside the job stayed within ``QUIET`` of the machine's cores in every phase of a ``cpu_share``
+    record (the launcher's own watching measured here at 0.2-0.35 of 2 cores); True where it was not counted."""
+    most = record.get("other_cores_max")
+    return most is None or most <= QUIET * cores
 
 
 def join_rank_group(job_id: str, rank: int, pid: int | None = None, base: tuple[Path, int] | None = None) -> CpuShare:

@@ -12,7 +12,7 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from helpers.core.cpu_share import CpuShareUnavailable, join_rank_group
+from helpers.core.cpu_share import CpuShareUnavailable, OtherWork, join_rank_group
 from helpers.core.paths import JOB_ID_ENV
 
 # MindSpore's DistributedSampler takes its shuffle seed from the global dataset seed when it is built (this line of
@@ -107,6 +107,7 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
     datasets = {x: _datasets(cfg, rank, world, x) for x in seeds}
     spent, done, total = {}, 0, 0.0
     share, held = rank_cpu_share(cfg, rank)
+    other = OtherWork(share) if share and rank == 0 else None    # rank 0 counts what else the machine ran
     for i, seed in enumerate(seeds):
         built, data = datasets.pop(seed), {}
         if i == 0:
@@ -123,7 +124,8 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                     data[k] = built[k].create_tuple_iterator(num_epochs=-1)
                     run_steps(step, data[k], steps[:1], phase_name(k, seed), done)
                     steps, done = steps[1:], 1
-                with share.held(cfg.rank_cpu_share) if share else nullcontext():
+                with (share.held(cfg.rank_cpu_share) if share else nullcontext(),
+                      other.during(phase_name(k, seed)) if other else nullcontext()):
                     if k not in data:    # a split's pipeline starts with its steps: none reads ahead meanwhile
                         data[k] = built[k].create_tuple_iterator(num_epochs=-1)
                     run_steps(step, data[k], steps, phase_name(k, seed), done)
@@ -140,6 +142,8 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                       finish_s=time.perf_counter() - t0, start_digest=started[k], **closing)
         for it in data.values():
             it.stop()                        # this seed's pipelines end before the next seed's start
+    if other:
+        held = dict(held, **other.cores())
     return dict(phases=phase_names(cfg), phase_rounds=len(rounds(cfg.steps, cfg.phase_rounds)),
                 train_s=float(total), cpu_share=held)
 

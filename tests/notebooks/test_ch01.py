@@ -5,6 +5,7 @@ import json
 
 import pytest
 
+from helpers.core.cpu_share import quiet
 from tests.notebooks.chapter_run import execute
 
 pytestmark = pytest.mark.notebooks
@@ -36,10 +37,12 @@ def test_01_load_imbalance(standin, tmp_path):
     assert [v["rank"] for v in r["straggler_by_seed"]["contiguous"]] == [7, 7]
     assert all(v["cause"] == "data" for v in r["straggler_by_seed"]["contiguous"])
     assert [v["rank"] for v in r["straggler_by_seed"]["stratified"]] == [None, None]
-    # with each rank held to its share of the cores (a quota where ranks outnumber cores), the stratified step is
-    # shorter than the contiguous one beyond the seeds' range; without a quota the step time is an observation
-    held = (r["cpu_share"] or {}).get("held")
-    assert claims_of(r)["step_time"]["holds"] is (True if held else None), claims_of(r)["step_time"]["text"]
+    # with each rank held to its share of the cores (a quota where ranks outnumber cores) on a machine running
+    # nothing else, the stratified step is shorter than the contiguous one beyond the seeds' range; without a quota,
+    # or beside other work (the other pytest process's test, in the default run), the step time is an observation
+    share = r["cpu_share"] or {}
+    judged = share.get("held") and quiet(share, r["cores"])
+    assert claims_of(r)["step_time"]["holds"] is (True if judged else None), claims_of(r)["step_time"]["text"]
     assert r["imagenet_scale_max_tv"]["stratified"] <= 0.002
     assert r["imagenet_scale_max_tv"]["stratified"] < r["imagenet_scale_max_tv"]["distributed_shuffle"]
     assert 0 < r["imagenet_scale_split_s"] < 5

@@ -374,3 +374,13 @@ def test_ch01_step_time_over_more_seeds_is_judged_by_the_paired_interval():
     mixed = by_id(chapter01_claims(dict(held, phase_step_s_by_seed={"contiguous": [2.0, 1.5, 2.2, 1.6, 2.1],
                                                                     "stratified": [1.8, 2.0, 1.7, 1.9, 2.2]})))
     assert mixed["step_time"].holds is False and "not shorter beyond the seeds' spread" in mixed["step_time"].text
+
+
+def test_ch01_step_time_is_not_judged_when_other_work_took_the_ranks_shares():
+    busy = dict(ch01(), cores=2, world_size=8, phase_step_s_by_seed={"contiguous": [1.8, 1.8], "stratified": [4.4, 2.4]},
+                cpu_share=dict(share=0.25, held=True, why=None, other_cores=0.8, other_cores_max=1.1))
+    c = by_id(chapter01_claims(busy))["step_time"]
+    assert c.holds is None and "other work on this machine took up to 1.10 of them" in c.text
+    assert "not judged here" in c.text and "1.80 s under the contiguous split" in c.text
+    quiet = dict(busy, cpu_share=dict(busy["cpu_share"], other_cores_max=0.33))
+    assert by_id(chapter01_claims(quiet))["step_time"].holds is False      # a quiet machine: judged, and false here

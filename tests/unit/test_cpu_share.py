@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -66,3 +67,54 @@ def test_a_held_share_caps_the_process_and_lifting_it_frees_it():
     parent, _ = cpu_cgroup()
     assert (parent / f"ms_course_{job}" / "rank_3").is_dir()
     assert remove_job_groups(job) == 2 and not (parent / f"ms_course_{job}").exists()
+
+
+
+OTHER = """
+import sys, time
+from helpers.core.cpu_share import CpuShareUnavailable, OtherWork, busy_seconds, join_rank_group
+try:
+    share = join_rank_group(sys.argv[1], 0)
+except CpuShareUnavailable as e:
+    sys.exit(f"unavailable: {e}")
+other = OtherWork(share)
+with other.during("own"):                # the job's own work: the machine's busy time less it
+    b0, c0 = busy_seconds(), time.process_time()
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < 0.8:
+        pass
+    own, machine = time.process_time() - c0, busy_seconds() - b0
+print("go", flush=True)
+sys.stdin.readline()                     # the test's burner runs outside the job from here
+with other.during("busy"):
+    time.sleep(1.5)
+print(own, machine, other.phases["own"][1], other.phases["busy"][1], other.cores()["other_cores_max"],
+      other.phases["busy"][1] / other.phases["busy"][0])
+"""
+BURNER = ("import time\nt, c = time.monotonic(), time.process_time()\n"
+          "while time.monotonic() - t < 2.5: pass\nprint(time.process_time() - c)")
+
+
+def test_work_outside_the_job_is_counted_per_phase_and_the_job_own_work_is_not():
+    job = f"test-{uuid.uuid4().hex[:8]}"
+    rank = subprocess.Popen([sys.executable, "-c", OTHER, job], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    try:
+        if rank.stdout.readline().strip() != "go":
+            rank.wait(30)
+            pytest.skip(f"no writable cgroup cpu controller here ({rank.stderr.read().strip()})")
+        burner = subprocess.Popen([sys.executable, "-c", BURNER], stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)
+        rank.stdin.write("\n")
+        rank.stdin.flush()
+        out, err = rank.communicate(timeout=60)
+        burned = float(burner.communicate(timeout=30)[0])
+    finally:
+        rank.kill()
+        remove_job_groups(job)
+    own, machine, other_own, other_busy, most, busy_cores = map(float, out.split())
+    # whatever else this machine runs (the other test process), the job's own 0.8 s are left out, to a few ticks
+    assert own > 0.3 and other_own == pytest.approx(machine - own, abs=0.1), (own, machine, other_own, err)
+    # the burner's CPU in the 1.5 s window (it burned 2.5 s from 0.3 s before it) is counted
+    assert other_busy >= min(burned, 1.5 * burned / 2.5) - 0.1, (other_busy, burned)
+    assert most >= busy_cores
