@@ -94,23 +94,40 @@ def group_seconds(job: Path) -> float:
     return total
 
 
-class OtherWork:
-    """How much of the cores work outside the job took while its ranks held their shares, per phase: a quota caps
-    a rank but cannot give it the share another program (a second job, a test beside this one) is using."""
+def own_seconds(root: int) -> float:
+    """CPU seconds the processes now in ``root``'s tree (the launching kernel, msrun, the ranks) have used."""
+    from helpers.core.footprint import tree
 
-    def __init__(self, share: CpuShare):
-        self.job, self.phases = share.group.parent, {}
+    total = 0.0
+    for p in tree([root]):
+        try:
+            t = p.cpu_times()
+            total += t.user + t.system
+        except psutil.Error:
+            pass                            # ended since the tree was read
+    return total
+
+
+class OtherWork:
+    """How much of the cores work outside the course's job took while its ranks held their shares, per phase: a
+    quota caps a rank but cannot give it the share another program (a second job, a test beside this one) is using.
+    The job's own work is its launcher's process tree (``own_root``: the launching kernel, msrun, the ranks), or
+    without one the job's rank groups."""
+
+    def __init__(self, share: CpuShare, own_root: int | None = None):
+        job = share.group.parent
+        self.own = (lambda: own_seconds(own_root)) if own_root else (lambda: group_seconds(job))
+        self.phases = {}
 
     @contextmanager
     def during(self, phase: str):
         """Count the block's wall seconds and the CPU seconds the machine spent outside the job toward ``phase``."""
-        t0, busy0, job0 = time.monotonic(), busy_seconds(), group_seconds(self.job)
+        t0, busy0, own0 = time.monotonic(), busy_seconds(), self.own()
         try:
             yield
         finally:
             wall, other = self.phases.get(phase, (0.0, 0.0))
-            self.phases[phase] = (wall + time.monotonic() - t0,
-                                  other + busy_seconds() - busy0 - (group_seconds(self.job) - job0))
+            self.phases[phase] = (wall + time.monotonic() - t0, other + busy_seconds() - busy0 - (self.own() - own0))
 
     def cores(self) -> dict:
         """Other work's mean cores over every held block and the most over one phase (None before any block)."""
@@ -123,7 +140,7 @@ class OtherWork:
 
 def quiet(record: dict, cores: int) -> bool:
     """Whether work outside the job stayed within ``QUIET`` of the machine's cores in every phase of a ``cpu_share``
-    record (the launcher's own watching measured here at 0.2-0.35 of 2 cores); True where it was not counted."""
+    record; True where it was not counted."""
     most = record.get("other_cores_max")
     return most is None or most <= QUIET * cores
 

@@ -20,6 +20,7 @@ from helpers.core.errors import DataError
 
 PROJECT_NAME = "ms-distributed-resnet-course"   # [project] name in pyproject.toml: marks a course checkout
 JOB_ID_ENV = "COURSE_JOB_ID"    # every process of a job carries its id in this variable (helpers.job.processes)
+LAUNCHER_PID_ENV = "COURSE_LAUNCHER_PID"   # a local job's ranks carry the launching process's pid (helpers.job.rank_guard)
 CELL_FILE = "cell.py"          # in a cell job's run directory: the %%ranks cell, line for line (helpers.cells)
 MIN_FREE_BYTES = 200 * 1024 * 1024              # new_run_dir refuses to start a run below this much free space
 

@@ -5,7 +5,8 @@ happens to poll; the guard sees its own child's end at once and writes ``metrics
 ``scheduler``, return code, signal name, time). It also watches the launching process (``COURSE_LAUNCHER_PID``):
 when a notebook kernel dies mid-job, the guard kills its child and exits, and msrun then ends the rest.
 ``python -m helpers.job.rank_guard config.json [worker...]``: the worker is ``-m helpers.train.worker`` unless
-named (a benchmark's script). Stdlib and psutil only: it starts in milliseconds and must not import MindSpore.
+named (a benchmark's script). Stdlib, psutil and `helpers.core.paths` only: it starts in milliseconds and must not
+import MindSpore.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pathlib import Path
 
 import psutil
 
-LAUNCHER_PID_ENV = "COURSE_LAUNCHER_PID"
+from helpers.core.paths import LAUNCHER_PID_ENV  # noqa: F401 - also imported from here by the launchers
+
 LAUNCHER_START_ENV = "COURSE_LAUNCHER_START"
 WATCH_S = 0.5
 WORKER = ("-m", "helpers.train.worker")   # the per-rank program unless the launch names another

@@ -13,7 +13,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from helpers.core.cpu_share import CpuShareUnavailable, OtherWork, join_rank_group
-from helpers.core.paths import JOB_ID_ENV
+from helpers.core.paths import JOB_ID_ENV, LAUNCHER_PID_ENV
 
 # MindSpore's DistributedSampler takes its shuffle seed from the global dataset seed when it is built (this line of
 # the wheel's dataset/engine/samplers.py; tests/contract/test_phase_seeds.py pins it): each seed's datasets are built
@@ -107,7 +107,8 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
     datasets = {x: _datasets(cfg, rank, world, x) for x in seeds}
     spent, done, total = {}, 0, 0.0
     share, held = rank_cpu_share(cfg, rank)
-    other = OtherWork(share) if share and rank == 0 else None    # rank 0 counts what else the machine ran
+    launcher = int(os.environ.get(LAUNCHER_PID_ENV) or 0) or None
+    other = OtherWork(share, launcher) if share and rank == 0 else None    # rank 0 counts what else the machine ran
     for i, seed in enumerate(seeds):
         built, data = datasets.pop(seed), {}
         if i == 0:

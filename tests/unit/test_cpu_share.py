@@ -1,5 +1,6 @@
 """helpers.core.cpu_share: finding the cpu cgroup, each rank's fair share, and a real quota that holds."""
 
+import os
 import subprocess
 import sys
 import time
@@ -10,7 +11,8 @@ import pytest
 
 from helpers.core.config import job_config
 from helpers.core.errors import ConfigError
-from helpers.core.cpu_share import CpuShareUnavailable, cpu_cgroup, fair_share, join_rank_group, remove_job_groups
+from helpers.core.cpu_share import (CpuShareUnavailable, busy_seconds, cpu_cgroup, fair_share, join_rank_group, own_seconds,
+                                     remove_job_groups)
 
 V1_MOUNTS = ("35 25 0:30 / /sys/fs/cgroup/cpu rw,relatime shared:12 - cgroup cgroup rw,cpu\n"
              "36 25 0:31 / /sys/fs/cgroup/memory rw,relatime shared:13 - cgroup cgroup rw,memory\n")
@@ -118,3 +120,17 @@ def test_work_outside_the_job_is_counted_per_phase_and_the_job_own_work_is_not()
     # the burner's CPU in the 1.5 s window (it burned 2.5 s from 0.3 s before it) is counted
     assert other_busy >= min(burned, 1.5 * burned / 2.5) - 0.1, (other_busy, burned)
     assert most >= busy_cores
+
+
+def test_the_course_own_process_tree_is_counted_as_its_own_work():
+    # the launching kernel's tree (msrun, the ranks, any child) is the course's own work, not other work
+    burner = subprocess.Popen([sys.executable, "-c", BURNER], stdout=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        own0, busy0 = own_seconds(os.getpid()), busy_seconds()
+        time.sleep(1.0)
+        own, busy = own_seconds(os.getpid()) - own0, busy_seconds() - busy0
+    finally:
+        burner.communicate(timeout=30)
+    assert own > 0.3, "the burning child is in the tree"
+    assert own <= busy + 0.05, (own, busy)
