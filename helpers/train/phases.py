@@ -125,8 +125,8 @@ def train_phases(cfg, rank: int, world: int, out, step, run_steps, finish, memor
                     data[k] = built[k].create_tuple_iterator(num_epochs=-1)
                     run_steps(step, data[k], steps[:1], phase_name(k, seed), done)
                     steps, done = steps[1:], 1
-                with (share.held(cfg.rank_cpu_share) if share else nullcontext(),
-                      other.during(phase_name(k, seed)) if other else nullcontext()):
+                with (other.during(phase_name(k, seed)) if other else nullcontext(),    # read at the whole core
+                      share.held(cfg.rank_cpu_share) if share else nullcontext()):
                     if k not in data:    # a split's pipeline starts with its steps: none reads ahead meanwhile
                         data[k] = built[k].create_tuple_iterator(num_epochs=-1)
                     run_steps(step, data[k], steps, phase_name(k, seed), done)
