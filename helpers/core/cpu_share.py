@@ -17,6 +17,8 @@ from pathlib import Path
 
 import psutil
 
+from helpers.core.footprint import tree
+
 PERIOD_US = 20_000          # a short CFS period: the quota evens out within a step instead of in 100 ms bursts
 PREFIX = "ms_course_"
 QUIET = 0.25       # other work up to this fraction of the cores in every phase: the ranks got their shares
@@ -81,31 +83,26 @@ def busy_seconds() -> float:
     return t.user + t.nice + t.system + t.irq + t.softirq + getattr(t, "steal", 0.0)
 
 
+def cpu_seconds(pids) -> float:
+    """CPU seconds (user and system) the processes ``pids`` have used; one that has ended counts nothing."""
+    total = 0.0
+    for pid in pids:
+        try:
+            t = psutil.Process(int(pid)).cpu_times()
+            total += t.user + t.system
+        except (psutil.Error, ValueError):
+            pass
+    return total
+
+
 def group_seconds(job: Path) -> float:
     """CPU seconds the processes now in the job's rank groups have used."""
-    total = 0.0
-    for procs in job.glob("rank_*/cgroup.procs"):
-        for pid in procs.read_text().split():
-            try:
-                t = psutil.Process(int(pid)).cpu_times()
-                total += t.user + t.system
-            except (psutil.Error, ValueError):
-                pass                        # ended since the group was read
-    return total
+    return cpu_seconds(pid for procs in job.glob("rank_*/cgroup.procs") for pid in procs.read_text().split())
 
 
 def own_seconds(root: int) -> float:
     """CPU seconds the processes now in ``root``'s tree (the launching kernel, msrun, the ranks) have used."""
-    from helpers.core.footprint import tree
-
-    total = 0.0
-    for p in tree([root]):
-        try:
-            t = p.cpu_times()
-            total += t.user + t.system
-        except psutil.Error:
-            pass                            # ended since the tree was read
-    return total
+    return cpu_seconds(p.pid for p in tree([root]))
 
 
 class OtherWork:
