@@ -13,10 +13,10 @@ from pathlib import Path
 
 from helpers.core.config import JobConfig
 from helpers.core.errors import ConfigError
-from helpers.core.paths import code_root
+from helpers.core.paths import LAUNCHER_PID_ENV, code_root
 from helpers.job.compile_cache import compile_cache_dir
 from helpers.job.processes import JOB_ID_ENV
-from helpers.job.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV, process_start
+from helpers.job.rank_guard import LAUNCHER_START_ENV, process_start
 
 
 def python_bin_dir() -> Path:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import psutil
 
-from helpers.core.paths import LAUNCHER_PID_ENV  # noqa: F401 - also imported from here by the launchers
+from helpers.core.paths import LAUNCHER_PID_ENV
 
 LAUNCHER_START_ENV = "COURSE_LAUNCHER_START"
 WATCH_S = 0.5

@@ -13,10 +13,11 @@ import psutil
 
 from helpers.core.config import JobConfig
 from helpers.core.errors import ConfigError
+from helpers.core.paths import LAUNCHER_PID_ENV
 from helpers.core.slurm_settings import cpus_per_node, too_few_cpus
 from helpers.job.msrun import find_msrun, job_env
 from helpers.job.processes import JOB_ID_ENV, job_workers, kill_processes_with_env
-from helpers.job.rank_guard import LAUNCHER_PID_ENV, LAUNCHER_START_ENV
+from helpers.job.rank_guard import LAUNCHER_START_ENV
 from helpers.job.slurm_queue import (hostnames, job_state, node_fields, node_trouble, partition_cpus, pending_jobs,
                                      queue_line, sbatch, scancel, slurm_unreachable)
 from helpers.job.slurm_script import LEASE_RENEW_S, SLURM_SUBDIR, batch_script
