@@ -20,11 +20,11 @@ import traceback
 from pathlib import Path
 
 from helpers.cells import reporting
-from helpers.cells.program import MODULE_NAME, SAME_GRAPH_ENV, THEN_ENV, VALUES_FILE
+from helpers.cells.program import MODULE_NAME, SAME_GRAPH_ENV, VALUES_FILE
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind, readable_error
-from helpers.core.metrics import FOLLOW_ON_EVENT, MetricsWriter
+from helpers.core.metrics import FOLLOW_ON_EVENT, THEN_ENV, MetricsWriter
 from helpers.train.card_runtime import ascend_soc
 from helpers.train.worker import leave_together, setup_runtime
 
@@ -63,6 +63,17 @@ def run_cell(cell_file: Path, given: dict) -> None:
     module.__dict__.update(given)
     sys.modules[MODULE_NAME] = module
     spec.loader.exec_module(module)
+
+
+def release_cell() -> None:
+    """Drop the cell's module and what it holds (its model, its data pipeline's threads), so that a follow-on job
+    starts with the memory and threads a fresh job would have."""
+    import gc
+
+    module = sys.modules.pop(MODULE_NAME, None)
+    if module is not None:
+        module.__dict__.clear()
+    gc.collect()
 
 
 def after_init(then) -> None:
@@ -105,9 +116,14 @@ def share_first_graph(cfg: JobConfig, rank: int, world: int, out: MetricsWriter)
 
 def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
     """``%%ranks ... --then``: the config's worker task on this rank after the cell (same ``init()``, same records
-    file); its summary. Its first record gives the watchdog's compile allowance until the next one."""
+    file); its summary. Its first record gives the watchdog's compile allowance until the next one. It starts from
+    MindSpore's default parallel settings, as a fresh process would: a ``comm_fusion`` the cell set would otherwise
+    stay, since the worker passes none for the default (``{}``)."""
+    import mindspore as ms
+
     from helpers.train.worker import run_task
 
+    ms.reset_auto_parallel_context()
     reporting.started()
     out.write(FOLLOW_ON_EVENT, task=cfg.task)
     return run_task(cfg, run_dir, rank, world, out)
@@ -136,7 +152,7 @@ def main(argv=None) -> int:
                      host=os.uname().nodename, **card)
     if os.environ.get(SAME_GRAPH_ENV) == "1":
         share_first_graph(cfg, rank, world, out)
-    if os.environ.get(THEN_ENV) == "1":       # the follow-on shares its graphs only if the cell compiled none
+    if os.environ.get(THEN_ENV) == "1":       # the follow-on shares its graphs when the ranks' counts agree
         from helpers.train.shared_graphs import count_compiles
 
         count_compiles()
@@ -145,7 +161,10 @@ def main(argv=None) -> int:
     try:
         try:
             run_cell(cell_file, given)
-            summary = follow_on(cfg, run_dir, rank, world, out) if os.environ.get(THEN_ENV) == "1" else {}
+            summary = {}
+            if os.environ.get(THEN_ENV) == "1":
+                release_cell()
+                summary = follow_on(cfg, run_dir, rank, world, out)
         finally:
             heartbeat.stop()
     except BaseException as exc:

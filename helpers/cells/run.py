@@ -13,8 +13,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from helpers.cells.program import CELL_FILE, THEN_ENV, VALUES_FILE, cell_program, uses_jit
+from helpers.cells.program import CELL_FILE, VALUES_FILE, cell_program, uses_jit
 from helpers.core.errors import CellError
+from helpers.core.metrics import THEN_ENV
 from helpers.core.config import JobConfig
 from helpers.core.paths import resolve
 from helpers.job.compile_cache import CACHE_ENV, compile_cache_dir

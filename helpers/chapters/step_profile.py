@@ -19,7 +19,7 @@ from helpers.topics.amp_kernels import (conv_kernel_types, conv_kernels_note, cp
                                        relative_to)
 from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indices, isolate_compile_cache,
                                        predicted_buckets)
-from helpers.topics.first_look import EVERY_STEP, FirstLook, first_look_values, plot_first_look, read_first_look
+from helpers.topics.first_look import FirstLook, first_look_config, first_look_values, ran_first_look, show_first_look
 from helpers.topics.merged_trace import write_merged_trace
 from helpers.topics.overlap_on_cards import show_overlap_calculation
 from helpers.topics.profiling import JobProfile, job_comm_overlap, job_step_s, overhead_ratio, read_job_profile
@@ -135,27 +135,20 @@ def show_columns(rows, headers, keep=SHOWN) -> None:
 
 
 # ------------------------------------------------------------------------------ 0: the first look, before the profiler
-def first_look(ch: Chapter) -> FirstLook | None:
-    """The baseline's config without the profiler, every step after the first split by the job itself; shows each
-    rank's split (a table and a stacked bar per rank) and the straggler verdict. None, with the reason shown, when
-    the job recorded no split steps (a train step the split does not take apart: accumulation, the hybrid step)."""
-    import matplotlib.pyplot as plt
+def first_look_job(ch: Chapter):
+    """The first look as the code cell's follow-on (``%%ranks ... --then``): one launch for both."""
+    from helpers.cells.run import FollowOn
 
-    job = ch.run("first_look", profile=False, steps=max(ch.plan.get("look_steps", 4), ch.base.profile_skip_steps + 1),
-                 env={**ch.base.env, **EVERY_STEP})
-    try:
-        look = read_first_look(job)
-    except ValueError as e:
-        if "no split steps" not in str(e):
-            raise
-        show_md(f"**No first look for this run:** its train step is not one the time split takes apart, so its "
-                f"verdict comes from data wait alone: {job.straggler.line()}")
-        return None
-    show_columns(look.rows(), look.HEADERS)
-    show_md(f"**Verdict:** {look.verdict.line()}")
-    plot_first_look(look)
-    plt.show()
-    return look
+    return FollowOn(first_look_config(ch.base, ch.plan.get("look_steps", 4)))
+
+
+def first_look(ch: Chapter, code_cell=None) -> FirstLook | None:
+    """The baseline's config without the profiler, every step after the first split by the job itself (the code
+    cell's follow-on when ``code_cell`` ran it, else a job of its own), shown (``show_first_look``)."""
+    cfg = first_look_config(ch.base, ch.plan.get("look_steps", 4))
+    job = code_cell if ran_first_look(code_cell, cfg) else \
+        ch.run("first_look", profile=cfg.profile, steps=cfg.steps, env=cfg.env)
+    return show_first_look(job, show_columns)
 
 
 def compare_first_look(look: FirstLook, baseline: ProfiledJob) -> float:

@@ -27,7 +27,7 @@ import numpy as np
 from helpers.core.config import JobConfig
 from helpers.core.cpu_share import remove_job_groups
 from helpers.core.errors import JobFailed
-from helpers.core.metrics import metrics_path, read_records
+from helpers.core.metrics import FOLLOW_ON_EVENT, metrics_path, read_records
 from helpers.core.paths import new_run_dir
 from helpers.core.step_times import img_per_s
 from helpers.job.compile_cache import claim_compile_cache
@@ -66,6 +66,7 @@ class JobResult:
     phase_summaries: dict[int, list[dict]] = field(default_factory=dict)   # rank -> its phases' closing records
     hosts: dict[int, str] = field(default_factory=dict)                     # rank -> node (its start record)
     host_memory: dict = field(default_factory=dict)     # HOST_MEMORY_FILE: peak_host_mb, peak_rss_sum_mb, need_mb
+    cell_steps: dict[int, list[dict]] = field(default_factory=dict)  # a ``%%ranks --then`` cell's own step records
 
     @property
     def peak_host_mb(self) -> float:
@@ -128,14 +129,24 @@ class JobResult:
                          host_memory=self.host_memory)
 
 
+def split_follow_on(recs: list[dict]) -> tuple[list[dict], list[dict]]:
+    """A rank's step records as (the job's, a ``%%ranks --then`` cell's before its follow-on began): the job's are
+    the follow-on's when there is one, so both number their steps from 0 and are read apart."""
+    steps = [x for x in recs if x["event"] == "step"]
+    at = next((i for i, x in enumerate(recs) if x["event"] == FOLLOW_ON_EVENT), None)
+    if at is None:
+        return steps, []
+    return [x for x in recs[at:] if x["event"] == "step"], [x for x in recs[:at] if x["event"] == "step"]
+
+
 def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float("nan")) -> JobResult:
     """Rebuild a JobResult from a run directory (also for runs made earlier or elsewhere)."""
     run_dir = Path(run_dir)
     cfg = JobConfig.load(run_dir / "config.json")
-    steps, summaries, phases, hosts = {}, {}, {}, {}
+    steps, summaries, phases, hosts, cell_steps = {}, {}, {}, {}, {}
     for r in range(cfg.world_size):
         recs = read_records(metrics_path(run_dir, r))
-        steps[r] = [x for x in recs if x["event"] == "step"]
+        steps[r], cell_steps[r] = split_follow_on(recs)
         phases[r] = [x for x in recs if x["event"] == "phase_summary"]
         for x in recs:
             if x["event"] == "summary":
@@ -144,7 +155,8 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
                 hosts[r] = x["host"]
     memory = run_dir / HOST_MEMORY_FILE
     result = JobResult(run_dir, cfg, returncode, wall_s, steps, summaries, phases, hosts,
-                       json.loads(memory.read_text()) if memory.exists() else {})
+                       json.loads(memory.read_text()) if memory.exists() else {},
+                       cell_steps if any(cell_steps.values()) else {})
     log.info("%s: %s", run_dir.name, result.straggler.line())     # the job's one line on where its time went
     return result
 

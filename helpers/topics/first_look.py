@@ -7,12 +7,35 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from helpers.core.config import JobConfig
+from helpers.core.metrics import THEN_ENV
 from helpers.job.launch import JobResult
 from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, comm_wait_split, rank_time_split, step_comm_shares
 from helpers.output.plots import time_split_bars
+from helpers.output.tables import show_md
 from helpers.train.time_split import SPLIT_EVERY_ENV
 
 EVERY_STEP = {SPLIT_EVERY_ENV: "1"}   # the first look splits every step after the first (step 1 is left out)
+LOOK_FIELDS = ("world_size", "global_batch", "arch", "width", "stem", "image_size", "conv_impl", "comm_fusion",
+               "cell_comm_fusion", "amp_level", "grad_reduce", "profile", "steps", "threads_per_rank", "seed")
+
+
+def first_look_config(base: JobConfig, look_steps: int = 4) -> JobConfig:
+    """The first look's job: ``base`` (the chapter's baseline) without the profiler, every step after the first
+    split by the job itself, ``look_steps`` long and at least to ``base``'s first profiled step."""
+    return base.replace(name="first_look", profile=False, env={**base.env, **EVERY_STEP},
+                        steps=max(look_steps, base.profile_skip_steps + 1))
+
+
+def ran_first_look(code_cell, cfg: JobConfig) -> bool:
+    """Whether the code cell's job (``code_cell``, its ``JobResult``) ran the first look ``cfg`` after the cell
+    (its ``%%ranks ... --then``): a follow-on with ``cfg``'s settings and split, its convolution the one the launch
+    chose where ``cfg`` leaves it to the launch."""
+    ran = getattr(code_cell, "config", None)
+    if ran and cfg.conv_impl == "auto":        # the launch chose it (``helpers.job.plan``)
+        cfg = cfg.replace(conv_impl=ran.conv_impl)
+    return bool(ran and ran.env.get(THEN_ENV) == "1" and all(getattr(ran, k) == getattr(cfg, k) for k in LOOK_FIELDS)
+                and all(ran.env.get(k) == v for k, v in EVERY_STEP.items()))
 
 
 @dataclass
@@ -62,4 +85,26 @@ def first_look_values(look: FirstLook, profiler_comm_share: float) -> dict:
     return dict(first_look_comm_share=look.comm_share, first_look_agreement=abs(look.comm_share - profiler_comm_share),
                 first_look_spread=look.comm_share_spread,
                 first_look_verdict=look.verdict.as_dict(), first_look_split=[list(r) for r in look.rows()],
-                first_look_steps=look.verdict.steps, first_look_comm_wait=comm_wait_split(look.result.steps))
+                first_look_steps=look.verdict.steps, first_look_comm_wait=comm_wait_split(look.result.steps),
+                first_look_job=look.result.config.name)
+
+
+def show_first_look(job: JobResult, show_rows) -> FirstLook | None:
+    """Shows each rank's split of ``job`` (``show_rows(rows, headers)``, then a stacked bar per rank) and the
+    straggler verdict. None, with the reason shown, when the job recorded no split steps (a train step the split
+    does not take apart: accumulation, the hybrid step)."""
+    import matplotlib.pyplot as plt
+
+    try:
+        look = read_first_look(job)
+    except ValueError as e:
+        if "no split steps" not in str(e):
+            raise
+        show_md(f"**No first look for this run:** its train step is not one the time split takes apart, so its "
+                f"verdict comes from data wait alone: {job.straggler.line()}")
+        return None
+    show_rows(look.rows(), look.HEADERS)
+    show_md(f"**Verdict:** {look.verdict.line()}")
+    plot_first_look(look)
+    plt.show()
+    return look

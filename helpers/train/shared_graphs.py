@@ -6,7 +6,8 @@ time split's come after the train step. Before each fresh compile (MindSpore's `
 call, made only when a graph is not compiled yet) rank 0 writes what it compiles (the cell or function and its
 arguments' shapes) to ``<run_dir>/graph_share/<n>.key``; another rank compiling the same thing as its graph ``n``
 copies rank 0's file once written, and compiles itself when rank 0 compiled something else, moved on without
-writing one, or the wait runs out. Only the worker uses it: a notebook cell's ranks may compile different graphs.
+writing one, or the wait runs out. The worker uses it, also as a ``%%ranks --then`` cell's follow-on once every rank
+has compiled as many graphs in the cell as rank 0.
 """
 
 from __future__ import annotations
@@ -93,15 +94,33 @@ def count_compiles() -> dict:
     return _hooks
 
 
-def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ) -> bool:
+def same_start(run_dir: Path, rank: int, n: int, wait_s: float = WAIT_S) -> bool:
+    """After a ``%%ranks --then`` cell: whether this rank has compiled as many graphs as rank 0 (rank 0 writes its
+    count, the others compare theirs), so that its next graph has rank 0's number."""
+    path = Path(run_dir) / KEY_FOLDER / "start"
+    if rank == 0:
+        path.parent.mkdir(exist_ok=True)
+        path.with_name("start.tmp").write_text(str(n))
+        os.replace(path.with_name("start.tmp"), path)
+        return True
+    t0 = time.monotonic()
+    while not path.exists():
+        if time.monotonic() - t0 > wait_s:
+            return False
+        time.sleep(POLL_S)
+    return path.read_text() == str(n)
+
+
+def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ, wait_s: float = WAIT_S) -> bool:
     """From the next compile on, rank 0 publishes each graph and the other ranks take it (the module's docstring);
-    ``write(result=, graph=)`` records what a rank but 0 did for each graph. Not when this process compiled a graph
-    before (a ``%%ranks`` cell's, before its follow-on job): the ranks' graph numbers might then differ. Returns
-    whether the ranks share."""
+    ``write(result=, graph=)`` records what a rank but 0 did for each graph. After a ``%%ranks`` cell (its hooks
+    installed before the cell ran), only the ranks that compiled as many graphs in the cell as rank 0 take part
+    (``same_start``). Returns whether this rank shares."""
     if not applies(cfg, 1, world, env):      # the job's ranks would share: rank 0 takes part by publishing
         return False
+    after_cell = bool(_hooks)
     hooks = count_compiles()
-    if hooks["n"]:
+    if after_cell and not same_start(run_dir, rank, hooks["n"], wait_s):
         return False
 
     def share(n: int, key: str) -> None:

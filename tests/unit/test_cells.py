@@ -12,6 +12,7 @@ from helpers.cells.magic import parse_magic_line, returns_table
 from helpers.cells.program import (CELL_FILE, VALUES_FILE, CellError, cell_program, cell_text, free_names)
 from helpers.cells.rank_main import failure_text, notebook_values
 from helpers.cells import reporting
+from helpers.core.config import JobConfig
 from helpers.core.metrics import MetricsWriter, metrics_path, read_records
 
 
@@ -79,7 +80,7 @@ def test_the_magic_line_is_read_or_refused_with_its_usage():
 def test_then_names_a_follow_on_in_the_notebook_or_none():
     from helpers.cells.magic import follow_on
     from helpers.cells.run import FollowOn, follow_on_config
-    from helpers.cells.program import THEN_ENV
+    from helpers.core.metrics import THEN_ENV
     from helpers.core.config import JobConfig
 
     assert parse_magic_line("base --then experiment").then == "experiment" and parse_magic_line("b").then is None
@@ -206,3 +207,31 @@ def test_a_cells_graphs_are_cached_in_a_folder_of_its_own_unless_it_uses_jit():
         assert uses_jit(text), text
         assert not cell_config(cfg, {**files, CELL_FILE: text.encode()}).compile_cache
     assert not uses_jit("class Step(nn.Cell):\n    def construct(self, x):\n        return x  # jit in a comment")
+
+
+def test_a_follow_on_starts_without_the_cells_parallel_settings_and_objects(tmp_path, monkeypatch):
+    import sys
+
+    import mindspore as ms
+
+    from helpers.cells import rank_main
+    from helpers.cells.program import MODULE_NAME
+    from helpers.train import worker
+
+    seen = {}
+    monkeypatch.setattr(worker, "run_task", lambda *a: seen.update(
+        fusion=ms.get_auto_parallel_context("comm_fusion")["allreduce"], mode=ms.get_auto_parallel_context(
+            "parallel_mode"), cell=MODULE_NAME in sys.modules) or {"trained": True})
+    module = type(sys)(MODULE_NAME)
+    module.net = held = [1, 2, 3]
+    monkeypatch.setitem(sys.modules, MODULE_NAME, module)
+    ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
+                                 comm_fusion={"allreduce": {"mode": "size", "config": 7}})
+    try:
+        rank_main.release_cell()
+        out = MetricsWriter(tmp_path, 0)
+        assert rank_main.follow_on(JobConfig(), tmp_path, 0, 1, out) == {"trained": True}
+    finally:
+        ms.reset_auto_parallel_context()
+    assert seen == {"fusion": {"mode": "auto", "config": None}, "mode": "stand_alone", "cell": False}
+    assert not hasattr(module, "net") and held == [1, 2, 3]

@@ -13,7 +13,8 @@ from tests.unit.test_straggler import GRAD, NET, UPDATE, job
 
 
 def fake(steps):
-    return SimpleNamespace(steps=steps, straggler=straggler_verdict(steps), run_dir="run")
+    return SimpleNamespace(steps=steps, straggler=straggler_verdict(steps), run_dir="run",
+                           config=SimpleNamespace(name="first_look"))
 
 
 def test_the_first_look_reads_the_split_steps_and_its_comm_share():
@@ -39,6 +40,16 @@ def test_the_straggler_shows_in_the_communication_of_the_others():
     assert np.delete(look.seconds[:, 2], 2) == pytest.approx(np.full(7, 0.3 + NET), rel=0.1)
 
 
+def chapter_04(run):
+    """Chapter 04's ``Chapter`` as ``first_look`` reads it: the ci baseline, profiled from step 3."""
+    from helpers.chapters import step_profile as S
+    from helpers.core.config import job_config
+
+    base = job_config("ci", chapter="04", name="baseline", comm_fusion={}, profile=True, profile_skip_steps=3,
+                      env={"A": "1"})
+    return SimpleNamespace(run=run, base=base, plan=S.PLANS["ci"], progress="none")
+
+
 def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_step(monkeypatch):
     import matplotlib
 
@@ -46,15 +57,17 @@ def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_ste
     from helpers.chapters import step_profile as S
     from tests.unit.chapter_cases import capture_shown
 
+    from helpers.topics import first_look as F
+
     shown = capture_shown(monkeypatch, S)
+    monkeypatch.setattr(F, "show_md", lambda text: shown.append(text))
     asked = {}
 
     def run(name, **changes):
         asked.update(changes, name=name)
         return fake(job(every=1, slow=1, delay=0.3))
 
-    ch = SimpleNamespace(run=run, base=SimpleNamespace(profile_skip_steps=3, env={"A": "1"}), plan=S.PLANS["ci"])
-    look = S.first_look(ch)
+    look = S.first_look(chapter_04(run))
     assert asked == {"name": "first_look", "profile": False, "steps": 6,      # ci: 4 split steps are judged
                      "env": {"A": "1", "COURSE_TIME_SPLIT_EVERY": "1"}}
     (rows, headers), verdict = shown
@@ -63,6 +76,31 @@ def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_ste
     assert "straggler: rank 1" in verdict and "cause data" in verdict
     diff = S.compare_first_look(look, SimpleNamespace(profile=SimpleNamespace(comm_share=look.comm_share - 0.05)))
     assert diff == pytest.approx(0.05) and f"profiler {look.comm_share - 0.05:.3f}" in shown[-1]
+
+
+def test_the_code_cells_follow_on_is_the_first_look_unless_it_was_run_otherwise(monkeypatch):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from helpers.cells.run import follow_on_config
+    from helpers.chapters import step_profile as S
+    from tests.unit.chapter_cases import capture_shown
+
+    capture_shown(monkeypatch, S)
+    launched = []
+    ch = chapter_04(lambda name, **changes: launched.append(name) or fake(job(every=1)))
+    cell = ch.base.replace(name="profiler-code")
+    ran = follow_on_config(cell, S.first_look_job(ch))               # what ``%%ranks ... --then look_job`` launches
+    code_cell = fake(job(every=1, slow=1, delay=0.3))
+    code_cell.config = ran.replace(conv_impl="im2col")              # the launch chose the convolution
+    assert ch.base.conv_impl == "auto" and ran.name == "profiler-code" and not ran.profile and ran.steps == 6
+    assert S.first_look(ch, code_cell).result is code_cell and launched == []        # no launch of its own
+    fused = ran.replace(comm_fusion={"allreduce": {"mode": "auto", "config": None}})
+    for other in (ran.replace(env={}), ran.replace(steps=9), ran.replace(profile=True), ch.base, fused):
+        code_cell.config = other                                     # not the first look: it runs one
+        S.first_look(ch, code_cell)
+    S.first_look(ch, None)
+    assert launched == ["first_look"] * 6
 
 
 def test_the_first_look_measures_its_own_step_to_step_spread():

@@ -115,3 +115,13 @@ def test_no_wait_for_a_graph_rank_0_moved_past_without_writing(tmp_path):
     assert text.startswith("compiled itself") and time.monotonic() - t0 < 5
     assert sg.take(cfg(), 1, 8, tmp_path, 9, "C()", env(tmp_path), wait_s=0.3).startswith("compiled itself: rank 0 "
                                                                                           "compiled no graph 9")
+
+
+def test_after_a_cell_only_ranks_with_rank_0s_graph_count_share(tmp_path):
+    from helpers.train import shared_graphs as sg
+
+    assert sg.same_start(tmp_path, 0, 2)                          # rank 0 says how many graphs its cell compiled
+    assert sg.same_start(tmp_path, 3, 2, wait_s=1)                # the same count: its next graph has rank 0's number
+    assert not sg.same_start(tmp_path, 5, 1, wait_s=1)            # one graph fewer: it compiles its own graphs
+    t0 = time.monotonic()
+    assert not sg.same_start(tmp_path / "other", 1, 0, wait_s=0.3) and time.monotonic() - t0 < 3   # no rank 0
