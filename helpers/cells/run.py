@@ -13,7 +13,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Callable
 
-from helpers.cells.program import CELL_FILE, VALUES_FILE, cell_program, uses_jit
+from helpers.cells.program import CELL_FILE, SAME_GRAPH_ENV, VALUES_FILE, cell_program, uses_jit
 from helpers.core.errors import CellError
 from helpers.core.metrics import THEN_ENV
 from helpers.core.config import JobConfig
@@ -65,6 +65,22 @@ def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
         raise CellError(f"%%ranks --then: the follow-on job must run on the cell's ranks; it differs in "
                         f"{', '.join(f'{k} ({getattr(then.cfg, k)} against {getattr(cfg, k)})' for k in differ)}")
     return then.cfg.replace(name=cfg.name, env={**then.cfg.env, **cfg.env, THEN_ENV: "1"})
+
+
+def ran_follow_on(code_cell, cfg: JobConfig) -> bool:
+    """Whether ``code_cell`` (a ``%%ranks`` cell's ``JobResult``) ran ``cfg`` after the cell (its ``--then``) as
+    ``cfg`` would have run alone: every setting the same but the job's name, its port, the cell's own environment
+    variables, the data folder's spelling, and the convolution where ``cfg`` leaves it to the launch."""
+    ran = getattr(code_cell, "config", None)
+    if ran is None or ran.env.get(THEN_ENV) != "1":
+        return False
+    own = (THEN_ENV, SAME_GRAPH_ENV, CACHE_ENV)
+
+    def plain(c: JobConfig) -> JobConfig:
+        return c.replace(name="", master_port=cfg.master_port or ran.master_port, data_dir=str(resolve(c.data_dir)),
+                         conv_impl=ran.conv_impl if cfg.conv_impl == "auto" else c.conv_impl,
+                         env={k: v for k, v in c.env.items() if k not in own})
+    return plain(ran) == plain(cfg)
 
 
 def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ranks", progress: str = "auto",

@@ -140,18 +140,6 @@ def show_classifier_cost(setup: Setup) -> int:
     return feat
 
 
-def oom_rows(oom: dict) -> list[tuple]:
-    """One row per layout of the out-of-memory experiment."""
-    hyb_peak = f"{oom['hybrid_vms_peak_mb']:.0f}" if oom["hybrid_vms_peak_mb"] else "-"
-    return [(f"{oom['dp_layout']} (data parallel)", f"{oom['dp_classifier_bytes'] / 2**20:.1f}",
-             f"{oom['dp_vms_peak_mb']:.0f}", oom["cap_mb"],
-             f"failed: {oom['error_kind']}" if oom["error_kind"] else "finished"),
-            (f"{oom['hybrid_layout']} (hybrid)", f"{oom['hybrid_classifier_bytes'] / 2**20:.1f}", hyb_peak,
-             oom["cap_mb"],
-             ("finished" if oom["hybrid_fits_under_cap"] else f"did not fit: {oom['hybrid_error_kind']}")
-             + "".join(f" (an earlier try failed: {k})" for k in oom.get("hybrid_failed_tries", [])))]
-
-
 def run_oom(setup: Setup, oom_classes=None, oom_steps: int = 1, progress="auto") -> dict | None:
     """Section 2 on ``setup.oom_ranks`` ranks where it runs (``Setup.runs_oom``); None elsewhere."""
     base = setup.base
@@ -163,7 +151,7 @@ def run_oom(setup: Setup, oom_classes=None, oom_steps: int = 1, progress="auto")
     dp_layout, hyb_layout = hybrid.oom_layouts(setup.oom_ranks or base.world_size)
     oom = hybrid.classifier_oom(base, dp_layout, hyb_layout, oom_classes or hybrid.oom_classes(base),
                                 new_run_dir("03", "oom"), steps=oom_steps, progress=progress)
-    show_table(oom_rows(oom), ["layout", "classifier MB", "peak MB", "cap MB", "under the cap"])
+    show_table(hybrid.oom_rows(oom), ["layout", "classifier MB", "peak MB", "cap MB", "under the cap"])
     show_md(f"{oom['num_classes']:,} classes; the capped data-parallel job ended with (abridged, all in "
             f"`oom['error']`):\n\n```\n{hybrid.oom_brief(oom['error'])}\n```")
     return oom
@@ -221,12 +209,29 @@ def trace_dir(setup: Setup, name: str) -> Path | None:
     return setup.work / f"trace_{name}" if name == setup.hybrid and setup.on_cpu else None
 
 
-def run_layouts(setup: Setup, files: dict, progress="auto") -> dict:
-    """``{layout name: JobResult}`` of one job per layout."""
-    return {name: run_job(hybrid.hybrid_config(setup.base, Layout.parse(name), files[name],
-                                               trace_dir=trace_dir(setup, name), name=f"hybrid-{name}"),
-                          progress=progress)
-            for name in setup.layouts}
+def layout_config(setup: Setup, name: str, strategy_file) -> JobConfig:
+    """Layout ``name``'s job: its strategy file, and its parameter trace where it is proven (``trace_dir``)."""
+    return hybrid.hybrid_config(setup.base, Layout.parse(name), strategy_file, trace_dir=trace_dir(setup, name),
+                                name=f"hybrid-{name}")
+
+
+def first_layout_job(setup: Setup):
+    """Section 4's first layout as the code cell's follow-on (``%%ranks ... --then``): one launch for both."""
+    from helpers.cells.run import FollowOn
+
+    name = setup.layouts[0]
+    path = hybrid.write_layout_strategy(setup.base, Layout.parse(name), setup.work / f"strategy_{name}.ckpt")
+    return FollowOn(layout_config(setup, name, path))
+
+
+def run_layouts(setup: Setup, files: dict, progress="auto", code_cell=None) -> dict:
+    """``{layout name: JobResult}`` of one job per layout; a layout ``code_cell`` (the ``%%ranks`` cell's job) ran
+    after the cell is not run again."""
+    from helpers.cells.run import ran_follow_on
+
+    cfgs = {name: layout_config(setup, name, files[name]) for name in setup.layouts}
+    return {name: code_cell if ran_follow_on(code_cell, cfg) else run_job(cfg, progress=progress)
+            for name, cfg in cfgs.items()}
 
 
 def layout_numbers(runs: dict) -> dict:
@@ -391,6 +396,7 @@ def recorded_values(preset: str, rehearse: bool, setup: Setup, *, feature_dim: i
     return dict(
         preset=preset, rehearsal=rehearse, device_target=base.device_target, world_size=base.world_size,
         hybrid_path=setup.path_name, hybrid_path_short=setup.path_short, layouts_run=list(runs),
+        layout_jobs={n: r.config.name for n, r in runs.items()},      # the code cell's job ran the first layout
         num_classes=base.num_classes, feature_dim=feature_dim,
         max_param_diff_vs_reference=proof.max_param_diff, max_loss_diff_vs_reference=proof.loss_diff,
         param_diff_vs_reference_per_step=proof.step_diff, loss_diff_vs_reference_per_step=proof.per_step,

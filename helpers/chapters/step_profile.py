@@ -19,7 +19,7 @@ from helpers.topics.amp_kernels import (conv_kernel_types, conv_kernels_note, cp
                                        relative_to)
 from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indices, isolate_compile_cache,
                                        predicted_buckets)
-from helpers.topics.first_look import FirstLook, first_look_config, first_look_values, ran_first_look, show_first_look
+from helpers.topics.first_look import FirstLook, first_look_config, first_look_values, show_first_look
 from helpers.topics.merged_trace import write_merged_trace
 from helpers.topics.overlap_on_cards import show_overlap_calculation
 from helpers.topics.profiling import JobProfile, job_comm_overlap, job_step_s, overhead_ratio, read_job_profile
@@ -145,8 +145,10 @@ def first_look_job(ch: Chapter):
 def first_look(ch: Chapter, code_cell=None) -> FirstLook | None:
     """The baseline's config without the profiler, every step after the first split by the job itself (the code
     cell's follow-on when ``code_cell`` ran it, else a job of its own), shown (``show_first_look``)."""
+    from helpers.cells.run import ran_follow_on
+
     cfg = first_look_config(ch.base, ch.plan.get("look_steps", 4))
-    job = code_cell if ran_first_look(code_cell, cfg) else \
+    job = code_cell if ran_follow_on(code_cell, cfg) else \
         ch.run("first_look", profile=cfg.profile, steps=cfg.steps, env=cfg.env)
     return show_first_look(job, show_columns)
 

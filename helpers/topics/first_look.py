@@ -8,7 +8,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from helpers.core.config import JobConfig
-from helpers.core.metrics import THEN_ENV
 from helpers.job.launch import JobResult
 from helpers.job.straggler import SPLIT_PARTS, StragglerVerdict, comm_wait_split, rank_time_split, step_comm_shares
 from helpers.output.plots import time_split_bars
@@ -16,8 +15,6 @@ from helpers.output.tables import show_md
 from helpers.train.time_split import SPLIT_EVERY_ENV
 
 EVERY_STEP = {SPLIT_EVERY_ENV: "1"}   # the first look splits every step after the first (step 1 is left out)
-LOOK_FIELDS = ("world_size", "global_batch", "arch", "width", "stem", "image_size", "conv_impl", "comm_fusion",
-               "cell_comm_fusion", "amp_level", "grad_reduce", "profile", "steps", "threads_per_rank", "seed")
 
 
 def first_look_config(base: JobConfig, look_steps: int = 4) -> JobConfig:
@@ -25,17 +22,6 @@ def first_look_config(base: JobConfig, look_steps: int = 4) -> JobConfig:
     split by the job itself, ``look_steps`` long and at least to ``base``'s first profiled step."""
     return base.replace(name="first_look", profile=False, env={**base.env, **EVERY_STEP},
                         steps=max(look_steps, base.profile_skip_steps + 1))
-
-
-def ran_first_look(code_cell, cfg: JobConfig) -> bool:
-    """Whether the code cell's job (``code_cell``, its ``JobResult``) ran the first look ``cfg`` after the cell
-    (its ``%%ranks ... --then``): a follow-on with ``cfg``'s settings and split, its convolution the one the launch
-    chose where ``cfg`` leaves it to the launch."""
-    ran = getattr(code_cell, "config", None)
-    if ran and cfg.conv_impl == "auto":        # the launch chose it (``helpers.job.plan``)
-        cfg = cfg.replace(conv_impl=ran.conv_impl)
-    return bool(ran and ran.env.get(THEN_ENV) == "1" and all(getattr(ran, k) == getattr(cfg, k) for k in LOOK_FIELDS)
-                and all(ran.env.get(k) == v for k, v in EVERY_STEP.items()))
 
 
 @dataclass

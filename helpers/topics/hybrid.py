@@ -224,3 +224,15 @@ def traffic_and_resume(base, mp: int, feature_dim: int, on_cpu: bool, run) -> di
 
     traffic = gather_bytes(mp, base.batch_per_rank, base.num_classes, feature_dim) if on_cpu else None
     return dict(logits_traffic=traffic, resume_dropped=dropped_optimizer_state(run))
+
+
+def oom_rows(oom: dict) -> list[tuple]:
+    """One row per layout of the out-of-memory experiment."""
+    hyb_peak = f"{oom['hybrid_vms_peak_mb']:.0f}" if oom["hybrid_vms_peak_mb"] else "-"
+    return [(f"{oom['dp_layout']} (data parallel)", f"{oom['dp_classifier_bytes'] / 2**20:.1f}",
+             f"{oom['dp_vms_peak_mb']:.0f}", oom["cap_mb"],
+             f"failed: {oom['error_kind']}" if oom["error_kind"] else "finished"),
+            (f"{oom['hybrid_layout']} (hybrid)", f"{oom['hybrid_classifier_bytes'] / 2**20:.1f}", hyb_peak,
+             oom["cap_mb"],
+             ("finished" if oom["hybrid_fits_under_cap"] else f"did not fit: {oom['hybrid_error_kind']}")
+             + "".join(f" (an earlier try failed: {k})" for k in oom.get("hybrid_failed_tries", [])))]

@@ -1,6 +1,7 @@
 """Chapter 03's steps without launching jobs: layouts per world size, the tables, the refused strategy files, the
 hand merge, the comparison with the reference and the values the claims read (from fake job records)."""
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
@@ -10,6 +11,7 @@ from helpers.chapters import hybrid_parallel as chapter
 from helpers.conclusions import ch03
 from helpers.core.config import job_config
 from helpers.core.memory_planner import classifier_param_bytes
+from helpers.topics import hybrid
 from tests.unit.chapter_cases import capture_shown
 
 
@@ -32,7 +34,7 @@ def fake_run(losses, img_per_s, fc_bytes, shape=(8, 64)):
                  "classifier_shape": [list(shape)] * len(img_per_s), "momentum_norm": [0.5] * len(img_per_s),
                  "weight_norm": [20.0] * len(img_per_s)}
     return SimpleNamespace(summary=summaries.__getitem__, metric=lambda name: losses,
-                           img_per_s=lambda skip=1: float(np.median(img_per_s)))
+                           img_per_s=lambda skip=1: float(np.median(img_per_s)), config=SimpleNamespace(name="job"))
 
 
 def test_layouts_per_world_size():
@@ -62,7 +64,7 @@ def test_oom_rows_say_who_failed():
     oom = dict(dp_layout="8x1", hybrid_layout="4x2", dp_classifier_bytes=2**21, hybrid_classifier_bytes=2**20,
                dp_vms_peak_mb=3326.4, hybrid_vms_peak_mb=None, cap_mb=3289, error_kind="oom",
                hybrid_fits_under_cap=False, hybrid_error_kind="crash")
-    dp, hyb = chapter.oom_rows(oom)
+    dp, hyb = hybrid.oom_rows(oom)
     assert dp == ("8x1 (data parallel)", "2.0", "3326", 3289, "failed: oom")
     assert hyb == ("4x2 (hybrid)", "1.0", "-", 3289, "did not fit: crash")
 
@@ -119,3 +121,18 @@ def test_recorded_values_feed_the_claims(tmp_path):
     assert no_oom["oom"] is None and no_oom["dp_oom_reproduced"] is False
     held = {cl.id: cl.holds for cl in ch03.build(no_oom)}
     assert held["hybrid_equals_reference"] and held["classifier_bytes_divided_by_mp"]
+
+
+def test_the_first_layout_is_the_code_cells_follow_on_and_not_run_again(tmp_path, monkeypatch):
+    from helpers.cells.run import follow_on_config
+
+    s = setup_for(tmp_path)
+    then = chapter.first_layout_job(s)                         # its strategy file written before the cell runs
+    files = {n: s.work / f"strategy_{n}.ckpt" for n in s.layouts}
+    assert then.cfg.name == "hybrid-8x1" and Path(then.cfg.strategy_file) == files["8x1"].resolve()
+    launched = []
+    monkeypatch.setattr(chapter, "run_job", lambda cfg, progress: launched.append(cfg.name) or cfg.name)
+    cell = SimpleNamespace(config=follow_on_config(s.base.replace(name="hybrid-code"), then).replace(master_port=50123))
+    runs = chapter.run_layouts(s, files, code_cell=cell)
+    assert runs["8x1"] is cell and launched == ["hybrid-4x2"]
+    assert chapter.run_layouts(s, files) == {"8x1": "hybrid-8x1", "4x2": "hybrid-4x2"}

@@ -92,15 +92,22 @@ def test_the_code_cells_follow_on_is_the_first_look_unless_it_was_run_otherwise(
     cell = ch.base.replace(name="profiler-code")
     ran = follow_on_config(cell, S.first_look_job(ch))               # what ``%%ranks ... --then look_job`` launches
     code_cell = fake(job(every=1, slow=1, delay=0.3))
-    code_cell.config = ran.replace(conv_impl="im2col")              # the launch chose the convolution
+    from helpers.cells.program import SAME_GRAPH_ENV
+    from helpers.core.metrics import THEN_ENV
+    from helpers.core.paths import resolve
+    from helpers.job.compile_cache import CACHE_ENV
+
+    code_cell.config = ran.replace(conv_impl="im2col", master_port=51234, data_dir=str(resolve(ran.data_dir)),
+                                   env={**ran.env, SAME_GRAPH_ENV: "1", CACHE_ENV: "/cache-cell-1"})   # as launched
     assert ch.base.conv_impl == "auto" and ran.name == "profiler-code" and not ran.profile and ran.steps == 6
     assert S.first_look(ch, code_cell).result is code_cell and launched == []        # no launch of its own
     fused = ran.replace(comm_fusion={"allreduce": {"mode": "auto", "config": None}})
-    for other in (ran.replace(env={}), ran.replace(steps=9), ran.replace(profile=True), ch.base, fused):
+    for other in (ran.replace(env={}), ran.replace(env={THEN_ENV: "1"}), ran.replace(steps=9),
+                  ran.replace(profile=True), ch.base, fused):
         code_cell.config = other                                     # not the first look: it runs one
         S.first_look(ch, code_cell)
     S.first_look(ch, None)
-    assert launched == ["first_look"] * 6
+    assert launched == ["first_look"] * 7
 
 
 def test_the_first_look_measures_its_own_step_to_step_spread():
