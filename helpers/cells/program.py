@@ -20,7 +20,7 @@ from helpers.core.paths import CELL_FILE
 
 VALUES_FILE = "cell_values.pkl"    # in the run directory: the notebook values the cell reads
 MODULE_NAME = "course_cell"    # the name the cell runs under on a rank (``__name__``)
-SAME_GRAPH_ENV = "COURSE_CELL_SAME_GRAPH"   # "1" (``%%ranks ... --same-graph``): ranks 1.. load rank 0's first graph
+SAME_GRAPH_ENV = "COURSE_CELL_SAME_GRAPH"   # "1" (``%%ranks ... --same-graph``): ranks 1.. load rank 0's graphs
 
 
 @dataclass

@@ -94,24 +94,13 @@ def after_init(then) -> None:
     communication.init = management.init = init
 
 
-def share_first_graph(cfg: JobConfig, rank: int, world: int, out: MetricsWriter) -> None:
-    """``%%ranks ... --same-graph``: at its first graph compile, every rank but 0 loads rank 0's first graph instead
-    of compiling the same one at once on the shared cores (``helpers.train.shared_compile``, as the worker's train
-    step). Waiting at the compile, not after ``init()``, keeps the ranks in step with any collective run before it."""
-    from mindspore import nn
+def share_graphs(cfg: JobConfig, rank: int, world: int, run_dir: Path, out: MetricsWriter) -> None:
+    """``%%ranks ... --same-graph``: every rank but 0 loads each graph rank 0 compiles instead of compiling the same
+    one at once on the shared cores (``helpers.train.shared_graphs``, as in the worker's train step). Each waits at
+    its compile, not after ``init()``, which keeps the ranks in step with any collective run before it."""
+    from helpers.train.shared_graphs import share_every_graph
 
-    from helpers.train.shared_compile import take_leader_graph
-
-    original, waiting = nn.Cell.compile, [True]
-
-    @functools.wraps(original)
-    def compile(self, *args, **kwargs):
-        if waiting:
-            waiting.clear()
-            out.write("graph_share", result=take_leader_graph(cfg, rank, world))
-        return original(self, *args, **kwargs)
-
-    nn.Cell.compile = compile
+    share_every_graph(cfg, rank, world, run_dir, lambda **kw: out.write("graph_share", **kw))
 
 
 def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
@@ -151,7 +140,7 @@ def main(argv=None) -> int:
     reporting.attach(out, pid=os.getpid(), world=world,
                      host=os.uname().nodename, **card)
     if os.environ.get(SAME_GRAPH_ENV) == "1":
-        share_first_graph(cfg, rank, world, out)
+        share_graphs(cfg, rank, world, run_dir, out)
     if os.environ.get(THEN_ENV) == "1":       # the follow-on shares its graphs when the ranks' counts agree
         from helpers.train.shared_graphs import count_compiles
 

@@ -51,6 +51,15 @@ for i in range(cfg.steps):
 finish({"rank": get_rank(), "out": float(out.asnumpy()), "mode": ms.get_context("mode")})
 """
 
+SECOND_GRAPH = """
+class Doubled(nn.Cell):
+    def construct(self, x):
+        return x * 2
+
+
+Doubled()(ms.Tensor(np.ones(3, np.float32)))
+"""
+
 RAISING_CELL = """\
 import time
 from mindspore.communication import get_rank, init
@@ -141,21 +150,22 @@ def test_a_cell_with_a_graph_mode_net_runs_on_every_rank_and_returns_each_ranks_
     assert not left(marker)
 
 
-def test_same_graph_ranks_load_rank_0s_first_graph_and_still_compute_their_own(ci_config, tmp_path, marker):
-    """``%%ranks ... --same-graph``: with a cold cache, ranks 1-3 load the graph rank 0 compiled at their first
-    compile (MindSpore logs it) and each rank still returns what its own inputs give."""
+def test_same_graph_ranks_load_rank_0s_graphs_and_still_compute_their_own(ci_config, tmp_path, marker):
+    """``%%ranks ... --same-graph``: with a cold cache, ranks 1-3 load each graph rank 0 compiled (MindSpore logs
+    it), the first and a later one, and each rank still returns what its own inputs give."""
     from helpers.train.shared_compile import LOADED_LOG
 
     cfg = small(ci_config, glog_v=2)
     cfg = cfg.replace(env={**cfg.env, SAME_GRAPH_ENV: "1"})
-    body = NET_CELL + f"# a cell never cached before: {uuid.uuid4().hex}\n"     # its own, empty cache folder
+    body = NET_CELL + SECOND_GRAPH + f"# a cell never cached before: {uuid.uuid4().hex}\n"   # its own cache folder
     res = run_cell(body, cfg, {"scale": 0.5}, magic_line=MAGIC + " --same-graph", progress="text", run_root=tmp_path)
     assert res.returns == net_returns(cfg, 0.5), res.returns
-    shares = {r: rec["result"] for r in range(4) for rec in read_records(metrics_path(res.run_dir, r))
-              if rec["event"] == "graph_share"}
-    assert shares[0] == "not applicable" and all(shares[r].startswith("loaded rank 0's graph") for r in (1, 2, 3))
-    loaded = [r for r in range(4) if LOADED_LOG in (res.run_dir / "logs" / f"worker_{r}.log").read_text()]
-    assert loaded == [1, 2, 3], "MindSpore loaded the copied graph on ranks 1-3 and compiled it on rank 0"
+    shares = {r: [rec["result"] for rec in read_records(metrics_path(res.run_dir, r)) if rec["event"] == "graph_share"]
+              for r in range(4)}
+    assert shares[0] == [] and all(len(shares[r]) == 2 for r in (1, 2, 3)), shares
+    assert all(x.startswith("loaded rank 0's graph") for r in (1, 2, 3) for x in shares[r]), shares
+    loaded = {r: (res.run_dir / "logs" / f"worker_{r}.log").read_text().count(LOADED_LOG) for r in range(4)}
+    assert loaded == {0: 0, 1: 2, 2: 2, 3: 2}, "MindSpore loaded both copied graphs on ranks 1-3, compiled them on 0"
     assert not left(marker)
 
 
