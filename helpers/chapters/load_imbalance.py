@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.cells.run import FollowOn, ran_follow_on
 from helpers.core.config import config_table, job_config
 from helpers.core.cpu_share import fair_share
 from helpers.job.launch import run_job
@@ -123,20 +124,11 @@ def chapter_seeds(preset: str, rehearse: bool, override=None) -> tuple[int, ...]
 def samplers_job(base, seeds, one_job: bool = True):
     """The experiment's one job as the code cell's follow-on (``%%ranks ... --then``: one launch for both), its
     ``stratified`` split the cell's sampler class; None with ``one_job`` False (one job per split, launched later)."""
-    from helpers.cells.run import FollowOn
-
     if not one_job:
         return None
     cfg = base.replace(name="samplers", phase_samplers=list(PHASE_ORDER), phase_seeds=[int(x) for x in seeds],
                        sampler_code=SAMPLER_CODE)
     return FollowOn(cfg, sampler_file)
-
-
-def ran_samplers(code_cell, seeds) -> bool:
-    """Whether the code cell's job already ran the experiment's phases for ``seeds`` (its ``--then``)."""
-    cfg = getattr(code_cell, "config", None)
-    return bool(cfg and list(cfg.phase_samplers) == list(PHASE_ORDER)
-                and [int(x) for x in cfg.phase_seeds] == [int(x) for x in seeds])
 
 
 def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code_cell=None) -> tuple[dict, dict]:
@@ -148,10 +140,10 @@ def run_strategies(base, progress="auto", one_job: bool = True, seeds=(1,), code
     t0 = time.monotonic()
     changes, files = cell_sampler(code_cell) if code_cell is not None else ({}, None)
     base = base.replace(**changes)
-    reused = one_job and ran_samplers(code_cell, seeds)      # the code cell's launch ran them (its --then)
+    one = base.replace(name="samplers", phase_samplers=list(PHASE_ORDER), phase_seeds=seeds)
+    reused = one_job and ran_follow_on(code_cell, one)       # the code cell's launch ran them (its --then)
     if one_job:
-        job = code_cell if reused else run_job(base.replace(name="samplers", phase_samplers=list(PHASE_ORDER),
-                                                            phase_seeds=seeds), progress=progress, files=files)
+        job = code_cell if reused else run_job(one, progress=progress, files=files)
         by_seed = {x: {k: job.phase(f"{k}@{x}") for k in STRATEGIES} for x in seeds}
         first = by_seed[seeds[0]][PHASE_ORDER[0]].metric("step_s")[:, 0].max()
         show_md(f"One {base.world_size}-rank job{' (the code cell above, then these phases)' if reused else ''}, "

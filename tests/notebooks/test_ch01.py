@@ -15,6 +15,7 @@ def test_01_load_imbalance(standin, tmp_path):
     r = execute("01_load_imbalance", tmp_path)
     kinds = {"contiguous", "distributed", "distributed_shuffle", "stratified"}
     assert set(r["max_tv"]) == set(r["min_classes_per_step"]) == set(r["accuracy"]) == kinds
+    assert r["job_with_cell"] is True, "the code cell's launch trained the splits (%%ranks ... --then experiment)"
     assert set(r["step_time_spread"]) == set(r["slowest_data_wait_ms"]) == set(r["mean_batch_classes"]) == kinds
     # The stratified sampler deals every class round robin: per class, ranks differ by at most one image.
     assert r["stratified_class_spread"] <= 1

@@ -52,9 +52,6 @@ def _measured_jobs() -> list[dict]:
 # fix that closes one fails here until it is taken off the list.
 ESTIMATE_GAPS = {
     ("ci", "00", "two-nodes"): "both nodes of the one-machine demo run here; the estimate counts one node's ranks",
-    ("ci", "03", "oom-2x1-uncapped"): "the planner undercounts the 400,000-class classifier's optimizer and casts",
-    ("ci", "03", "hybrid-code"): "chapter 03's code cell multiplies a 64 x 1,000 matrix and builds no ResNet; the "
-                                 "estimate counts the config's model (a cell's code is not known before it runs)",
     ("cpu", "00", "two-nodes"): "both nodes of the one-machine demo run here; the estimate counts one node's ranks",
 }
 # Jobs that fail at their memory cap by design: where the cap stops them varies from run to run, so their peak is
