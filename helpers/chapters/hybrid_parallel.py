@@ -10,6 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
+from helpers.cells.run import FollowOn, ran_follow_on
 from helpers.conclusions.step_noise import per_step
 from helpers.core.config import JobConfig, config_table, job_config
 from helpers.core.errors import ConfigError
@@ -217,8 +218,6 @@ def layout_config(setup: Setup, name: str, strategy_file) -> JobConfig:
 
 def first_layout_job(setup: Setup):
     """Section 4's first layout as the code cell's follow-on (``%%ranks ... --then``): one launch for both."""
-    from helpers.cells.run import FollowOn
-
     name = setup.layouts[0]
     path = hybrid.write_layout_strategy(setup.base, Layout.parse(name), setup.work / f"strategy_{name}.ckpt")
     return FollowOn(layout_config(setup, name, path))
@@ -227,8 +226,6 @@ def first_layout_job(setup: Setup):
 def run_layouts(setup: Setup, files: dict, progress="auto", code_cell=None) -> dict:
     """``{layout name: JobResult}`` of one job per layout; a layout ``code_cell`` (the ``%%ranks`` cell's job) ran
     after the cell is not run again."""
-    from helpers.cells.run import ran_follow_on
-
     cfgs = {name: layout_config(setup, name, files[name]) for name in setup.layouts}
     return {name: code_cell if ran_follow_on(code_cell, cfg) else run_job(cfg, progress=progress)
             for name, cfg in cfgs.items()}

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from helpers.cells.run import FollowOn, ran_follow_on
 from helpers.conclusions import ch04
 from helpers.conclusions.step_noise import compare, per_step, step_shares, unprofiled_steps
 from helpers.core.config import FUSE_ALL, JobConfig, config_table, job_config
@@ -137,16 +138,12 @@ def show_columns(rows, headers, keep=SHOWN) -> None:
 # ------------------------------------------------------------------------------ 0: the first look, before the profiler
 def first_look_job(ch: Chapter):
     """The first look as the code cell's follow-on (``%%ranks ... --then``): one launch for both."""
-    from helpers.cells.run import FollowOn
-
     return FollowOn(first_look_config(ch.base, ch.plan.get("look_steps", 4)))
 
 
 def first_look(ch: Chapter, code_cell=None) -> FirstLook | None:
     """The baseline's config without the profiler, every step after the first split by the job itself (the code
     cell's follow-on when ``code_cell`` ran it, else a job of its own), shown (``show_first_look``)."""
-    from helpers.cells.run import ran_follow_on
-
     cfg = first_look_config(ch.base, ch.plan.get("look_steps", 4))
     job = code_cell if ran_follow_on(code_cell, cfg) else \
         ch.run("first_look", profile=cfg.profile, steps=cfg.steps, env=cfg.env)

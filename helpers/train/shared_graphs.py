@@ -111,7 +111,7 @@ def same_start(run_dir: Path, rank: int, n: int, wait_s: float = WAIT_S) -> bool
     return path.read_text() == str(n)
 
 
-def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ, wait_s: float = WAIT_S) -> bool:
+def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.environ) -> bool:
     """From the next compile on, rank 0 publishes each graph and the other ranks take it (the module's docstring);
     ``write(result=, graph=)`` records what a rank but 0 did for each graph. After a ``%%ranks`` cell (its hooks
     installed before the cell ran), only the ranks that compiled as many graphs in the cell as rank 0 take part
@@ -120,7 +120,7 @@ def share_every_graph(cfg, rank: int, world: int, run_dir: Path, write, env=os.e
         return False
     after_cell = bool(_hooks)
     hooks = count_compiles()
-    if after_cell and not same_start(run_dir, rank, hooks["n"], wait_s):
+    if after_cell and not same_start(run_dir, rank, hooks["n"]):
         return False
 
     def share(n: int, key: str) -> None:
