@@ -17,7 +17,7 @@ from helpers.cells.program import CELL_FILE, SAME_GRAPH_ENV, VALUES_FILE, cell_p
 from helpers.core.errors import CellError
 from helpers.core.metrics import THEN_ENV
 from helpers.core.config import JobConfig
-from helpers.core.paths import resolve
+from helpers.core.paths import MORE_PREFIX, resolve
 from helpers.job.compile_cache import CACHE_ENV, compile_cache_dir
 from helpers.job.launch import JobResult, run_job
 
@@ -27,12 +27,13 @@ CONFIG_NAME = "cfg"          # what the cell calls the job's config
 
 def cell_config(cfg: JobConfig, files: dict[str, bytes] | None = None) -> JobConfig:
     """``cfg`` as the job of the cell program ``files`` runs it: the data folder absolute (the ranks run in their run
-    folder); the compile cache in a folder keyed by the config and the cell's file and values (MindSpore checks only
-    the entry script, ``rank_main``), or off without ``files`` or for a cell that uses ``jit``."""
+    folder); the compile cache in a folder keyed by the config, the cell's file and values and the configs of the jobs
+    chained after it (MindSpore checks only the entry script, ``rank_main``), or off without ``files`` or for a cell that uses ``jit``."""
     cfg = cfg.replace(data_dir=str(resolve(cfg.data_dir)))
     if not files or not cfg.compile_cache or uses_jit(files[CELL_FILE].decode()):
         return cfg.replace(compile_cache=False)
-    cell = hashlib.sha1(files[CELL_FILE] + files[VALUES_FILE]).hexdigest()[:12]
+    keyed = [CELL_FILE, VALUES_FILE, *sorted(k for k in files if k.startswith(MORE_PREFIX))]   # the chain's jobs too
+    cell = hashlib.sha1(b"".join(files[k] for k in keyed)).hexdigest()[:12]
     return cfg.replace(env={**cfg.env, CACHE_ENV: f"{compile_cache_dir(cfg)}-cell-{cell}"})
 
 
@@ -48,10 +49,12 @@ def cell_job(result: JobResult) -> dict:
 class FollowOn:
     """A worker job the cell's ranks run right after the cell, in the same launch (``%%ranks ... --then NAME``): its
     config (the same ranks as the cell's), and the run folder's files it needs, made from the cell's text (e.g. a
-    class the cell defines, for the job to use)."""
+    class the cell defines, for the job to use); ``more``: further worker jobs the ranks run after it, in turn, each
+    as a fresh job would (``JobResult.more``)."""
 
     cfg: JobConfig
     files: Callable[[str], dict[str, bytes]] = field(default=lambda text: {})
+    more: tuple[JobConfig, ...] = ()
 
 
 SAME_RANKS = ("world_size", "local_world_size", "device_target", "launcher")
@@ -67,13 +70,28 @@ def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
     return then.cfg.replace(name=cfg.name, env={**then.cfg.env, **cfg.env, THEN_ENV: "1"})
 
 
-def ran_follow_on(code_cell, cfg: JobConfig) -> bool:
-    """Whether ``code_cell`` (a ``%%ranks`` cell's ``JobResult``) ran ``cfg`` after the cell (its ``--then``) as
-    ``cfg`` would have run alone: every setting the same but the job's name, its port, the cell's own environment
-    variables, the data folder's spelling, and the convolution where ``cfg`` leaves it to the launch."""
-    ran = getattr(code_cell, "config", None)
-    if ran is None or ran.env.get(THEN_ENV) != "1":
-        return False
+def more_files(cfg: JobConfig, then: FollowOn) -> dict[str, bytes]:
+    """``then.more``'s configs as the run folder's ``then-<i>/config.json`` files, each planned as ``run_job`` plans
+    a job (inputs checked, data made, convolution chosen); ``CellError`` for one on other ranks than the cell's or
+    with other MindSpore start-up variables (``MS_*``, read once per process) than the launch."""
+    from helpers.job.plan import plan_job
+
+    out, first = {}, follow_on_config(cfg, then)
+    for i, more in enumerate(then.more, start=1):
+        follow_on_config(cfg, FollowOn(more))          # the same ranks as the cell's
+        fixed = sorted(k for k in set(more.env) | set(first.env)
+                       if k.startswith("MS_") and k != CACHE_ENV and more.env.get(k) != first.env.get(k))
+        if fixed:
+            raise CellError(f"%%ranks --then: the chained job {more.name!r} sets MindSpore's start-up variables "
+                            f"{fixed} otherwise than the launch; run it as a job of its own")
+        out[f"{MORE_PREFIX}{i}/config.json"] = plan_job(more).to_json().encode()
+    return out
+
+
+def same_job(ran: JobConfig, cfg: JobConfig) -> bool:
+    """Whether ``ran`` (a job that ran) ran ``cfg`` as ``cfg`` would have run alone: every setting the same but the
+    job's name, its port, the cell's own environment variables and the compile cache's folder, the data folder's
+    spelling, and the convolution where ``cfg`` leaves it to the launch."""
     own = (THEN_ENV, SAME_GRAPH_ENV, CACHE_ENV)
 
     def plain(c: JobConfig) -> JobConfig:
@@ -81,6 +99,21 @@ def ran_follow_on(code_cell, cfg: JobConfig) -> bool:
                          conv_impl=ran.conv_impl if cfg.conv_impl == "auto" else c.conv_impl,
                          env={k: v for k, v in c.env.items() if k not in own})
     return plain(ran) == plain(cfg)
+
+
+def ran_follow_on(code_cell, cfg: JobConfig) -> bool:
+    """Whether ``code_cell`` (a ``%%ranks`` cell's ``JobResult``) ran ``cfg`` right after the cell (its ``--then``)
+    as ``cfg`` would have run alone (``same_job``)."""
+    ran = getattr(code_cell, "config", None)
+    return ran is not None and ran.env.get(THEN_ENV) == "1" and same_job(ran, cfg)
+
+
+def chained_job(code_cell, cfg: JobConfig) -> JobResult | None:
+    """The result of ``cfg`` when ``code_cell``'s launch ran it after the cell (``--then``, or one of its ``more``
+    jobs) as ``cfg`` would have run alone, else None: then the caller runs ``cfg`` itself."""
+    if ran_follow_on(code_cell, cfg):
+        return code_cell
+    return next((job for job in getattr(code_cell, "more", ()) if same_job(job.config, cfg)), None)
 
 
 def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ranks", progress: str = "auto",
@@ -91,7 +124,7 @@ def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ra
     launch, ``JobFailed`` after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
     files = cell_program(magic_line, body, namespace, provided={CONFIG_NAME}).files()
     if then is not None:
+        files = {**then.files(files[CELL_FILE].decode()), **more_files(cfg, then), **files}
         cfg = follow_on_config(cfg, then)
-        files = {**then.files(files[CELL_FILE].decode()), **files}
     return run_job(cell_config(cfg, files), progress=progress, run_root=run_root,
                    worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)

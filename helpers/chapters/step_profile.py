@@ -3,13 +3,10 @@ fusion ids, the AMP levels and the before/after, each run as jobs, shown, and re
 
 from __future__ import annotations
 
-import functools
 import json
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from helpers.cells.run import FollowOn, ran_follow_on
+from helpers.cells.run import FollowOn, chained_job, ran_follow_on
 from helpers.conclusions import ch04
 from helpers.conclusions.step_noise import compare, per_step, step_shares, unprofiled_steps
 from helpers.core.config import FUSE_ALL, JobConfig, config_table, job_config
@@ -18,13 +15,12 @@ from helpers.job.launch import JobResult, run_job
 from helpers.output.tables import show_md, show_table
 from helpers.topics.amp_kernels import (conv_kernel_types, conv_kernels_note, cpu_fp16_flags, kernel_calls, kind_total,
                                        relative_to)
-from helpers.topics.comm_fusion import (THRESHOLD_UNIT_BYTES, fusion_split_indices, isolate_compile_cache,
+from helpers.topics.comm_fusion import (fusion_settings, gradient_bytes, isolate_compile_cache, job_gradient_bytes,
                                        predicted_buckets)
 from helpers.topics.first_look import FirstLook, first_look_config, first_look_values, show_first_look
 from helpers.topics.merged_trace import write_merged_trace
 from helpers.topics.overlap_on_cards import show_overlap_calculation
 from helpers.topics.profiling import JobProfile, job_comm_overlap, job_step_s, overhead_ratio, read_job_profile
-from helpers.train.models import build_model
 
 # Per preset: job length, which buckets the fusion sweep tries, how many ranks the AMP jobs use; ``look_steps``
 # (default 4): the first look's length, 6 at ci so that 4 split steps are judged (2 were 16 points off the profiler).
@@ -58,26 +54,6 @@ def chapter_plan(preset: str, rehearse: bool, **overrides) -> dict:
     return plan
 
 
-def gradient_bytes(cfg: JobConfig, num_classes: int = 10) -> list[int]:
-    """Bytes of each float32 gradient, in the order the optimizer hands them to the reducer (what "index" splits),
-    for ``cfg``'s model with ``num_classes`` outputs (a job records its own: ``result.summary("num_classes")``)."""
-    return list(_gradient_bytes(cfg.arch, cfg.width, cfg.stem, int(num_classes)))
-
-
-@functools.lru_cache(maxsize=8)
-def _gradient_bytes(arch: str, width: float, stem: str, num_classes: int) -> tuple[int, ...]:
-    net = build_model(arch, num_classes, width, stem, "native")
-    return tuple(4 * int(np.prod(p.shape)) for p in net.trainable_params())
-
-
-def job_gradient_bytes(result: JobResult) -> list[int]:
-    """A finished job's gradient sizes: its model with the class count its rank 0 recorded."""
-    classes = result.summary("num_classes")[0] if result.summaries else None
-    if classes is None:
-        raise ValueError(f"{result.run_dir}: rank 0 recorded no num_classes in its summary")
-    return gradient_bytes(result.config, classes)
-
-
 @dataclass
 class Chapter:
     """The chapter's baseline job config, its plan and its model's gradient sizes; runs its jobs."""
@@ -88,10 +64,18 @@ class Chapter:
     plan: dict
     param_bytes: list[int]
     progress: str = "auto"
+    code_cell: JobResult | None = None      # the code cell's launch: the jobs it ran after the cell are not run again
+    from_code_cell: list[str] = field(default_factory=list)     # the jobs taken from it
 
     def run(self, name: str, **changes) -> JobResult:
-        """``base`` with ``changes``; AMP / no-reduction / fusion-id jobs get a compile cache of their own."""
-        return run_job(isolate_compile_cache(self.base.replace(name=name, **changes)), progress=self.progress)
+        """``base`` with ``changes`` (the code cell's launch's result when it ran it, ``chained_job``); AMP /
+        no-reduction / fusion-id jobs get a compile cache of their own."""
+        cfg = self.base.replace(name=name, **changes)
+        ran = chained_job(self.code_cell, cfg)
+        if ran is not None:
+            self.from_code_cell.append(name)
+            return ran
+        return run_job(isolate_compile_cache(cfg), progress=self.progress)
 
     def run_profiled(self, name: str, **changes) -> ProfiledJob:
         """A profiled job, read with its gradient sizes (the bytes AllReduce moves where no profile measures them)."""
@@ -136,14 +120,31 @@ def show_columns(rows, headers, keep=SHOWN) -> None:
 
 
 # ------------------------------------------------------------------------------ 0: the first look, before the profiler
-def first_look_job(ch: Chapter):
-    """The first look as the code cell's follow-on (``%%ranks ... --then``): one launch for both."""
-    return FollowOn(first_look_config(ch.base, ch.plan.get("look_steps", 4)))
+def same_ranks_jobs(ch: Chapter) -> dict[str, dict]:
+    """The chapter's jobs on the baseline's ranks after the first look, in the notebook's order: name -> changes
+    to ``ch.base`` (sections 1, 2, 3 and 4)."""
+    jobs = {"baseline": {}, "no_reduce": dict(grad_reduce=False, profile=False, steps=ch.base.profile_skip_steps)}
+    jobs.update({name: dict(comm_fusion=fusion) for name, fusion in fusion_settings(ch.plan, ch.param_bytes).values()})
+    jobs["cell_ids_only"] = dict(cell_comm_fusion=True)
+    if ch.plan["ids_with_fusion"]:
+        jobs["cell_ids_with_fusion"] = dict(cell_comm_fusion=True, comm_fusion=FUSE_ALL)
+    return jobs
+
+
+def first_look_job(ch: Chapter) -> FollowOn:
+    """The first look as the code cell's follow-on (``%%ranks ... --then``), and on CPU the chapter's other jobs on
+    the same ranks after it (``same_ranks_jobs``): one launch for all. On a card each keeps a launch of its own (a
+    process's second profiler session was measured on CPU only)."""
+    more = () if ch.base.device_target != "CPU" else \
+        tuple(ch.base.replace(name=name, **changes) for name, changes in same_ranks_jobs(ch).items())
+    return FollowOn(first_look_config(ch.base, ch.plan.get("look_steps", 4)), more=more)
 
 
 def first_look(ch: Chapter, code_cell=None) -> FirstLook | None:
     """The baseline's config without the profiler, every step after the first split by the job itself (the code
-    cell's follow-on when ``code_cell`` ran it, else a job of its own), shown (``show_first_look``)."""
+    cell's follow-on when ``code_cell`` ran it, else a job of its own), shown (``show_first_look``). The chapter's
+    later jobs come from ``code_cell`` too where it ran them (``Chapter.run``)."""
+    ch.code_cell = code_cell
     cfg = first_look_config(ch.base, ch.plan.get("look_steps", 4))
     job = code_cell if ran_follow_on(code_cell, cfg) else \
         ch.run("first_look", profile=cfg.profile, steps=cfg.steps, env=cfg.env)
@@ -191,7 +192,7 @@ class CrossCheck:
 
 def cross_check(ch: Chapter, baseline: ProfiledJob) -> CrossCheck:
     """Runs the baseline without gradient reduction (no profiler) and shows the three step times."""
-    no_reduce = ch.run("no_reduce", grad_reduce=False, profile=False, steps=ch.base.profile_skip_steps)
+    no_reduce = ch.run("no_reduce", **same_ranks_jobs(ch)["no_reduce"])
     out = CrossCheck(overhead_ratio(baseline.result.metric("step_s"), profiled_from=ch.base.profile_skip_steps),
                      baseline.step_s, steady_step_s(baseline.profile.step_s, skip=0, ranks="mean"),
                      job_step_s(no_reduce))
@@ -201,19 +202,6 @@ def cross_check(ch: Chapter, baseline: ProfiledJob) -> CrossCheck:
 
 
 # ------------------------------------------------------------------------------ 3-4: fusion
-def fusion_settings(plan: dict, param_bytes) -> dict[str, tuple[str, dict]]:
-    """Sweep label -> (job name, ``comm_fusion``) of the fused jobs the plan asks for (the baseline is not here)."""
-    out = {"auto": ("fused_auto", FUSE_ALL)}
-    for mb in plan["bucket_mb"]:
-        # the threshold's unit is 256 KiB under data parallel (helpers.topics.comm_fusion), whatever its name says
-        size = {"allreduce": {"mode": "size", "config": int(mb)}}
-        out[f"size {mb} (~{mb * THRESHOLD_UNIT_BYTES // 1024} KiB)"] = (f"size_{mb}mb", size)
-    for kb in plan["index_bucket_kb"]:
-        split = fusion_split_indices(param_bytes, kb * 1024)
-        out[f"index ~{kb} KB"] = (f"index_{kb}kb", {"allreduce": {"mode": "index", "config": split}})
-    return out
-
-
 def sweep_row(label: str, job: ProfiledJob) -> dict:
     """One row of the fusion sweep: AllReduce calls per step (measured, and the gradient buckets predicted from the
     setting), the mean call size (bytes measured on CPU, else the gradients' over the calls), step time, comm
@@ -255,12 +243,12 @@ def fusion_sweep(ch: Chapter, baseline: ProfiledJob) -> Sweep:
 
 def cell_fusion_ids(ch: Chapter, baseline: ProfiledJob) -> dict[str, ProfiledJob | None]:
     """``Cell.set_comm_fusion`` ids alone (and, when the plan says so, with fusion on); shows calls and step time."""
-    jobs = {"ids_only": ch.run_profiled("cell_ids_only", cell_comm_fusion=True), "ids_with_fusion": None}
+    planned = same_ranks_jobs(ch)
+    jobs = {"ids_only": ch.run_profiled("cell_ids_only", **planned["cell_ids_only"]), "ids_with_fusion": None}
     rows = [("default", baseline.profile.allreduce_per_step, baseline.step_s),
             ("Cell.set_comm_fusion ids only", jobs["ids_only"].profile.allreduce_per_step, jobs["ids_only"].step_s)]
     if ch.plan["ids_with_fusion"]:
-        on = jobs["ids_with_fusion"] = ch.run_profiled("cell_ids_with_fusion", cell_comm_fusion=True,
-                                                       comm_fusion=FUSE_ALL)
+        on = jobs["ids_with_fusion"] = ch.run_profiled("cell_ids_with_fusion", **planned["cell_ids_with_fusion"])
         rows.append(("ids + comm_fusion auto", on.profile.allreduce_per_step, on.step_s))
     show_table(rows, ["setting", "AllReduce calls / step", "step time (s)"])
     return jobs
@@ -407,5 +395,6 @@ def recorded_values(ch: Chapter, baseline: ProfiledJob, cross: CrossCheck, sweep
         before_config=after["before_label"], gradient_mb=sum(ch.param_bytes) / 2**20,
         mindspore_version=facts["mindspore_version"], comm_fusion_module_exists=facts["comm_fusion_module_exists"],
         fusion_enabled_by_default=facts["fusion_enabled_by_default"], trace_path=baseline.trace_path,
+        jobs_from_code_cell=ch.from_code_cell,
         **(first_look_values(look, bp.comm_share) if look else {}),
     )

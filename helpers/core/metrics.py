@@ -24,6 +24,7 @@ def metrics_path(run_dir: str | Path, rank: int) -> Path:
 SYNC_EVERY_S = 1.0   # a step line reaches the disk (fsync) this long after it was written, at most
 STEP_EVENT = "step"
 FOLLOW_ON_EVENT = "follow_on"    # a rank starts a ``%%ranks --then`` job after its cell (a progress event)
+MORE_SUMMARY_EVENT = "more_summary"   # a chain's further job ended on this rank: its summary (``FollowOn.more``)
 THEN_ENV = "COURSE_CELL_THEN"    # "1" in a ``%%ranks ... --then JOB`` job: the ranks run its worker task after the cell
 
 

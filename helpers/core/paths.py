@@ -22,6 +22,7 @@ PROJECT_NAME = "ms-distributed-resnet-course"   # [project] name in pyproject.to
 JOB_ID_ENV = "COURSE_JOB_ID"    # every process of a job carries its id in this variable (helpers.job.processes)
 LAUNCHER_PID_ENV = "COURSE_LAUNCHER_PID"   # a local job's ranks carry the launching process's pid (helpers.job.rank_guard)
 CELL_FILE = "cell.py"          # in a cell job's run directory: the %%ranks cell, line for line (helpers.cells)
+MORE_PREFIX = "then-"          # <run_dir>/then-<i>/: the i-th further job of a %%ranks --then chain (its config, files)
 MIN_FREE_BYTES = 200 * 1024 * 1024              # new_run_dir refuses to start a run below this much free space
 
 _REPO = Path(__file__).resolve().parents[2]
@@ -110,3 +111,8 @@ def new_run_dir(chapter: str, name: str, root: str | os.PathLike = "runs") -> Pa
                             "writable: set COURSE_HOME (or run_job's run_root) to a writable folder with "
                             "free space, e.g. COURSE_HOME=$HOME/course-runs.") from e
     raise RuntimeError(f"could not create a new run directory under {base}")
+
+
+def more_dir(run_dir: str | Path, i: int) -> Path:
+    """The folder of a ``%%ranks --then`` chain's ``i``-th further job (1, 2, ...): its ``config.json`` and files."""
+    return Path(run_dir) / f"{MORE_PREFIX}{i}"

@@ -27,8 +27,8 @@ import numpy as np
 from helpers.core.config import JobConfig
 from helpers.core.cpu_share import remove_job_groups
 from helpers.core.errors import JobFailed
-from helpers.core.metrics import FOLLOW_ON_EVENT, metrics_path, read_records
-from helpers.core.paths import new_run_dir
+from helpers.core.metrics import FOLLOW_ON_EVENT, MORE_SUMMARY_EVENT, metrics_path, read_records
+from helpers.core.paths import more_dir, new_run_dir
 from helpers.core.step_times import img_per_s
 from helpers.job.compile_cache import claim_compile_cache
 from helpers.job.disk_space import check_disk
@@ -67,6 +67,7 @@ class JobResult:
     hosts: dict[int, str] = field(default_factory=dict)                     # rank -> node (its start record)
     host_memory: dict = field(default_factory=dict)     # HOST_MEMORY_FILE: peak_host_mb, peak_rss_sum_mb, need_mb
     cell_steps: dict[int, list[dict]] = field(default_factory=dict)  # a ``%%ranks --then`` cell's own step records
+    more: list["JobResult"] = field(default_factory=list)   # a ``--then`` chain's further jobs (``FollowOn.more``)
 
     @property
     def peak_host_mb(self) -> float:
@@ -129,25 +130,53 @@ class JobResult:
                          host_memory=self.host_memory)
 
 
+def chain_parts(recs: list[dict]) -> list[list[dict]]:
+    """A rank's records cut where each ``%%ranks --then`` job began: [before the first (the cell's, or the whole job's
+    when nothing follows), the first follow-on's, then each ``FollowOn.more`` job's]."""
+    parts = [[]]
+    for x in recs:
+        if x["event"] == FOLLOW_ON_EVENT:
+            parts.append([])
+        parts[-1].append(x)
+    return parts
+
+
 def split_follow_on(recs: list[dict]) -> tuple[list[dict], list[dict]]:
     """A rank's step records as (the job's, a ``%%ranks --then`` cell's before its follow-on began): the job's are
-    the follow-on's when there is one, so both number their steps from 0 and are read apart."""
-    steps = [x for x in recs if x["event"] == "step"]
-    at = next((i for i, x in enumerate(recs) if x["event"] == FOLLOW_ON_EVENT), None)
-    if at is None:
-        return steps, []
-    return [x for x in recs[at:] if x["event"] == "step"], [x for x in recs[:at] if x["event"] == "step"]
+    the first follow-on's when there is one, so both number their steps from 0 and are read apart."""
+    parts = [[x for x in part if x["event"] == "step"] for part in chain_parts(recs)]
+    return (parts[1], parts[0]) if len(parts) > 1 else (parts[0], [])
+
+
+def more_results(run_dir: Path, records: dict[int, list[dict]], main: "JobResult") -> list["JobResult"]:
+    """A chain's further jobs (``FollowOn.more``) read as if each had been its own job: its config and folder
+    (``then-<i>``), its step records, its summary (with the rank's card fields), and as ``wall_s`` the slowest
+    rank's seconds from its start to its summary."""
+    out, i = [], 1
+    while (more_dir(run_dir, i) / "config.json").exists():
+        cfg = JobConfig.load(more_dir(run_dir, i) / "config.json")
+        parts = {r: (chain_parts(recs) + [[]] * (i + 2))[i + 1] for r, recs in records.items()}
+        ends = {r: next((x for x in part if x["event"] == MORE_SUMMARY_EVENT), None) for r, part in parts.items()}
+        summaries = {r: end for r, end in ends.items() if end is not None}
+        wall = max((end["time"] - parts[r][0]["time"] for r, end in ends.items() if end is not None),
+                   default=float("nan"))
+        out.append(JobResult(more_dir(run_dir, i), cfg, main.returncode, wall,
+                             {r: [x for x in part if x["event"] == "step"] for r, part in parts.items()}, summaries,
+                             {r: [x for x in part if x["event"] == "phase_summary"] for r, part in parts.items()},
+                             main.hosts, main.host_memory))
+        i += 1
+    return out
 
 
 def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float("nan")) -> JobResult:
     """Rebuild a JobResult from a run directory (also for runs made earlier or elsewhere)."""
     run_dir = Path(run_dir)
     cfg = JobConfig.load(run_dir / "config.json")
-    steps, summaries, phases, hosts, cell_steps = {}, {}, {}, {}, {}
+    steps, summaries, phases, hosts, cell_steps, records = {}, {}, {}, {}, {}, {}
     for r in range(cfg.world_size):
-        recs = read_records(metrics_path(run_dir, r))
+        records[r] = recs = read_records(metrics_path(run_dir, r))
         steps[r], cell_steps[r] = split_follow_on(recs)
-        phases[r] = [x for x in recs if x["event"] == "phase_summary"]
+        phases[r] = [x for part in chain_parts(recs)[:2] for x in part if x["event"] == "phase_summary"]
         for x in recs:
             if x["event"] == "summary":
                 summaries[r] = x
@@ -157,6 +186,7 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
     result = JobResult(run_dir, cfg, returncode, wall_s, steps, summaries, phases, hosts,
                        json.loads(memory.read_text()) if memory.exists() else {},
                        cell_steps if any(cell_steps.values()) else {})
+    result.more = more_results(run_dir, records, result)
     log.info("%s: %s", run_dir.name, result.straggler.line())     # the job's one line on where its time went
     return result
 
@@ -259,6 +289,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     end_orphans()
     cfg, run_dir, config_path, job_id = _job_files(launcher.place(cfg), run_root)
     for name, data in (files or {}).items():
+        (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / name).write_bytes(data)
     bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
                         cfg.steps * max(1, len(cfg.phase_samplers)) * max(1, len(cfg.phase_seeds)), progress)

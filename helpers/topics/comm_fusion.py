@@ -1,13 +1,19 @@
 """Gradient fusion settings: what each ``comm_fusion`` mode does to the AllReduce buckets, ``index``-mode split
-points, and a compile cache of its own for graph-changing switches."""
+points, the settings chapter 04 sweeps and the gradient sizes they split, and a compile cache of its own for
+graph-changing switches."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 
-from helpers.core.config import JobConfig
+import numpy as np
+
+from helpers.core.config import FUSE_ALL, JobConfig
 from helpers.job.compile_cache import compile_cache_dir
+from helpers.job.launch import JobResult
+from helpers.train.models import build_model
 
 # ``comm_fusion={"allreduce": {"mode": "auto"}}`` is a size threshold, not "everything in one bucket": the wheel's
 # mindspore/parallel/_auto_parallel_context.py sets ``set_fusion_threshold_mb(fusion_threshold=64)`` for "auto" and
@@ -88,3 +94,36 @@ def isolate_compile_cache(cfg):
         return cfg
     tag = hashlib.sha1(json.dumps(changed, sort_keys=True).encode()).hexdigest()[:8]
     return cfg.replace(env={**cfg.env, "MS_COMPILER_CACHE_PATH": f"{compile_cache_dir(cfg)}-{tag}"})
+
+
+def fusion_settings(plan: dict, param_bytes) -> dict[str, tuple[str, dict]]:
+    """Sweep label -> (job name, ``comm_fusion``) of the fused jobs the plan asks for (the baseline is not here)."""
+    out = {"auto": ("fused_auto", FUSE_ALL)}
+    for mb in plan["bucket_mb"]:
+        # the threshold's unit is 256 KiB under data parallel (AUTO_FUSION_THRESHOLD's note), whatever its name says
+        size = {"allreduce": {"mode": "size", "config": int(mb)}}
+        out[f"size {mb} (~{mb * THRESHOLD_UNIT_BYTES // 1024} KiB)"] = (f"size_{mb}mb", size)
+    for kb in plan["index_bucket_kb"]:
+        split = fusion_split_indices(param_bytes, kb * 1024)
+        out[f"index ~{kb} KB"] = (f"index_{kb}kb", {"allreduce": {"mode": "index", "config": split}})
+    return out
+
+
+def gradient_bytes(cfg: JobConfig, num_classes: int = 10) -> list[int]:
+    """Bytes of each float32 gradient, in the order the optimizer hands them to the reducer (what "index" splits),
+    for ``cfg``'s model with ``num_classes`` outputs (a job records its own: ``result.summary("num_classes")``)."""
+    return list(_gradient_bytes(cfg.arch, cfg.width, cfg.stem, int(num_classes)))
+
+
+@functools.lru_cache(maxsize=8)
+def _gradient_bytes(arch: str, width: float, stem: str, num_classes: int) -> tuple[int, ...]:
+    net = build_model(arch, num_classes, width, stem, "native")
+    return tuple(4 * int(np.prod(p.shape)) for p in net.trainable_params())
+
+
+def job_gradient_bytes(result: JobResult) -> list[int]:
+    """A finished job's gradient sizes: its model with the class count its rank 0 recorded."""
+    classes = result.summary("num_classes")[0] if result.summaries else None
+    if classes is None:
+        raise ValueError(f"{result.run_dir}: rank 0 recorded no num_classes in its summary")
+    return gradient_bytes(result.config, classes)

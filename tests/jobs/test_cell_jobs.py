@@ -294,11 +294,14 @@ finish({"rank": get_rank(), "twice": Doubler().twice(get_rank())})
 
 def test_then_runs_a_training_job_on_the_cells_ranks_in_the_same_launch(ci_config, tmp_path, marker):
     """``--then``: one launch, the cell's ``finish`` values and the follow-on job's steps and summary in its result,
-    a file made from the cell's text in the run folder, and the ranks' weights equal after training."""
-    from helpers.cells.run import FollowOn
+    a file made from the cell's text in the run folder, and the ranks' weights equal after training; the chain's
+    ``more`` jobs after it, each read as its own job (its steps, its summary, its folder) and found by the matcher."""
+    from helpers.cells.run import FollowOn, chained_job
+    from helpers.core.paths import more_dir
 
     cfg = small(ci_config, steps=2)
-    then = FollowOn(cfg.replace(name="follow"), lambda text: {"class.txt": text.encode()})
+    more = (cfg.replace(name="alone", steps=1, grad_reduce=False), cfg.replace(name="again", steps=3, seed=5))
+    then = FollowOn(cfg.replace(name="follow"), lambda text: {"class.txt": text.encode()}, more=more)
     res = run_cell(CLASS_CELL, cfg.replace(name="both"), {}, magic_line=MAGIC + " --then then", progress="text",
                    run_root=tmp_path, then=then)
     assert run_dirs(tmp_path) == [res.run_dir] and res.run_dir.name.endswith("-both")
@@ -308,20 +311,28 @@ def test_then_runs_a_training_job_on_the_cells_ranks_in_the_same_launch(ci_confi
         recs = read_records(metrics_path(res.run_dir, r))
         events = [x["event"] for x in recs]
         assert events.index("follow_on") > events.index("step") and events[-1] == "summary"
-        assert [x["step"] for x in recs if x["event"] == "step"] == [0, 0, 1], "the cell's report, then 2 steps"
+        assert [x["step"] for x in recs if x["event"] == "step"] == [0, 0, 1, 0, 0, 1, 2], \
+            "the cell's report, then 2 steps, then the chain's 1 and 3"
     assert res.weights_identical and res.summary("steps") == [2] * 4
+    alone, again = res.more
+    assert alone.run_dir == more_dir(res.run_dir, 1) and alone.summary("steps") == [1] * 4
+    assert again.summary("steps") == [3] * 4 and again.weights_identical and again.metric("loss").shape == (4, 3)
+    assert len(set(alone.summary("checksum"))) == 4, "no gradient reduction: each rank trained alone"
+    assert again.summary("checksum") != res.summary("checksum"), "another seed, other weights"
+    assert chained_job(res, more[1]) is again
     assert not left(marker)
 
 
-def test_a_follow_on_failing_on_rank_2_is_named_and_nothing_is_left(ci_config, tmp_path, marker):
+def test_a_chained_job_failing_on_rank_2_is_named_and_nothing_is_left(ci_config, tmp_path, marker):
     from helpers.cells.run import FollowOn
 
     cfg = small(ci_config, steps=20)
-    then = FollowOn(cfg.replace(fail_rank=2, fail_step=1))
+    then = FollowOn(cfg.replace(steps=1), more=(cfg.replace(name="later", fail_rank=2, fail_step=1),))
     with pytest.raises(JobFailed) as info:
         run_cell(CLASS_CELL, cfg, {}, magic_line=MAGIC + " --then then", progress="none", run_root=tmp_path, then=then)
     err = info.value
     assert err.kind == "crash" and err.rank == 2 and "injected failure" in str(err), str(err)
+    assert "in the follow-on job 'later'" in str(err), "the chain's job that failed is named"
     assert not left(marker)
 
 

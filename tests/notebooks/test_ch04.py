@@ -44,6 +44,7 @@ def test_04_profiling(standin, tmp_path):
     # the first look: the job's own split steps and its straggler verdict, recorded and stated
     assert r["first_look_steps"] >= 3 and 0.0 < r["first_look_comm_share"] < 1.0 and r["first_look_spread"] >= 0
     assert r["first_look_job"] == "profiler-code"      # the code cell's launch ran it (%%ranks ... --then look_job)
+    assert r["jobs_from_code_cell"] == ["baseline", "no_reduce", "fused_auto", "cell_ids_only"], "and, on CPU, these"
     assert set(r["first_look_verdict"]) >= {"rank", "cause", "wait_s", "spread_s", "steps", "method"}
     assert r["first_look_verdict"]["method"] == "split" and len(r["first_look_split"]) == 8
     assert {"first_look_agrees_with_profiler", "first_look_verdict", "comm_wait_vs_collective"} <= set(claims)

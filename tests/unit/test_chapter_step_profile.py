@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 from helpers.chapters import step_profile as S
+from helpers.topics.comm_fusion import fusion_settings
 from helpers.conclusions import ch04
 from helpers.core.config import FUSE_ALL, job_config
 from helpers.topics.kernel_trace import StepBreakdown
@@ -27,12 +28,12 @@ def test_every_plan_profiles_after_its_unprofiled_steps():
 
 def test_fusion_settings_follow_the_plan():
     plan = dict(bucket_mb=[1], index_bucket_kb=[8])
-    got = S.fusion_settings(plan, [4096, 4096, 4096, 4096])
+    got = fusion_settings(plan, [4096, 4096, 4096, 4096])
     assert list(got) == ["auto", "size 1 (~256 KiB)", "index ~8 KB"]
     assert got["auto"] == ("fused_auto", FUSE_ALL)
     assert got["size 1 (~256 KiB)"][1] == {"allreduce": {"mode": "size", "config": 1}}
     assert got["index ~8 KB"] == ("index_8kb", {"allreduce": {"mode": "index", "config": [2]}})
-    assert list(S.fusion_settings(S.PLANS["ci"], [4])) == ["auto"], "ci: unfused against auto only"
+    assert list(fusion_settings(S.PLANS["ci"], [4])) == ["auto"], "ci: unfused against auto only"
 
 
 def test_amp_note_says_why_only_when_fewer_ranks():

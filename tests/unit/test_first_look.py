@@ -47,7 +47,7 @@ def chapter_04(run):
 
     base = job_config("ci", chapter="04", name="baseline", comm_fusion={}, profile=True, profile_skip_steps=3,
                       env={"A": "1"})
-    return SimpleNamespace(run=run, base=base, plan=S.PLANS["ci"], progress="none")
+    return SimpleNamespace(run=run, base=base, plan=S.PLANS["ci"], progress="none", param_bytes=[4096] * 4)
 
 
 def test_chapter_04_runs_the_first_look_without_the_profiler_splitting_every_step(monkeypatch):
@@ -108,6 +108,22 @@ def test_the_code_cells_follow_on_is_the_first_look_unless_it_was_run_otherwise(
         S.first_look(ch, code_cell)
     S.first_look(ch, None)
     assert launched == ["first_look"] * 7
+
+
+def test_on_cpu_the_code_cells_launch_runs_the_chapters_8_rank_jobs_after_the_first_look():
+    """``first_look_job``: on CPU its ``more`` are sections 1-4's jobs on the baseline's ranks, in the notebook's
+    order, as ``Chapter.run`` builds them (so it finds them); on a card each keeps a launch of its own."""
+    from helpers.chapters import step_profile as S
+
+    ch = chapter_04(None)
+    more = S.first_look_job(ch).more
+    assert [c.name for c in more] == ["baseline", "no_reduce", "fused_auto", "cell_ids_only"]
+    assert more[0] == ch.base and more[1].steps == 3 and not more[1].grad_reduce and more[3].cell_comm_fusion
+    ch.plan, ch.param_bytes = {**S.PLANS["cpu"], "bucket_mb": [1], "index_bucket_kb": [64]}, [40000] * 8
+    assert [c.name for c in S.first_look_job(ch).more] == ["baseline", "no_reduce", "fused_auto", "size_1mb",
+                                                          "index_64kb", "cell_ids_only", "cell_ids_with_fusion"]
+    ch.base = ch.base.replace(device_target="GPU")
+    assert S.first_look_job(ch).more == ()
 
 
 def test_the_first_look_measures_its_own_step_to_step_spread():
