@@ -111,13 +111,14 @@ def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: Metrics
     """``%%ranks ... --then``: the config's worker task on this rank after the cell (same ``init()``, same records
     file, its files in ``run_dir``); its summary. Its first record gives the watchdog's compile allowance until the
     next one; ``more`` numbers a chain's further jobs (0: the first). It starts from MindSpore's default parallel
-    settings, as a fresh process would: a ``comm_fusion`` the cell set would otherwise stay, since the worker passes
-    none for the default (``{}``)."""
+    settings in GRAPH_MODE, as a fresh process would: a ``comm_fusion`` the cell set would otherwise stay, since the
+    worker passes none for the default (``{}``), and a PyNative cell or job would leave PyNative on."""
     import mindspore as ms
 
     from helpers.train.worker import run_task
 
     ms.reset_auto_parallel_context()
+    ms.set_context(mode=ms.GRAPH_MODE)            # as setup_runtime starts a job: a PyNative cell or job ends here
     reporting.started()
     _running["job"] = cfg.name
     out.write(FOLLOW_ON_EVENT, task=cfg.task, more=more, name=cfg.name)

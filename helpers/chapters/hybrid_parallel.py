@@ -10,7 +10,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import numpy as np
 
-from helpers.cells.run import FollowOn, ran_follow_on
+from helpers.cells.run import FollowOn, chained_job
 from helpers.conclusions.step_noise import per_step
 from helpers.core.config import JobConfig, config_table, job_config
 from helpers.core.errors import ConfigError
@@ -216,19 +216,20 @@ def layout_config(setup: Setup, name: str, strategy_file) -> JobConfig:
                                 name=f"hybrid-{name}")
 
 
-def first_layout_job(setup: Setup):
-    """Section 4's first layout as the code cell's follow-on (``%%ranks ... --then``): one launch for both."""
-    name = setup.layouts[0]
-    path = hybrid.write_layout_strategy(setup.base, Layout.parse(name), setup.work / f"strategy_{name}.ckpt")
-    return FollowOn(layout_config(setup, name, path))
+def first_layout_job(setup: Setup) -> FollowOn:
+    """Section 4's first layout as the code cell's follow-on (``%%ranks ... --then``), and on CPU its other layouts
+    after it: one launch for all (on a card each keeps a launch of its own; a second SEMI_AUTO_PARALLEL job in one
+    process is not measured here). Writes their strategy files."""
+    files = write_strategies(setup)
+    first, *others = [layout_config(setup, name, files[name]) for name in setup.layouts]
+    return FollowOn(first, more=tuple(others) if setup.on_cpu else ())
 
 
 def run_layouts(setup: Setup, files: dict, progress="auto", code_cell=None) -> dict:
-    """``{layout name: JobResult}`` of one job per layout; a layout ``code_cell`` (the ``%%ranks`` cell's job) ran
-    after the cell is not run again."""
+    """``{layout name: JobResult}`` of one job per layout; a layout ``code_cell`` (the ``%%ranks`` cell's launch)
+    ran after the cell is not run again (``chained_job``)."""
     cfgs = {name: layout_config(setup, name, files[name]) for name in setup.layouts}
-    return {name: code_cell if ran_follow_on(code_cell, cfg) else run_job(cfg, progress=progress)
-            for name, cfg in cfgs.items()}
+    return {name: chained_job(code_cell, cfg) or run_job(cfg, progress=progress) for name, cfg in cfgs.items()}
 
 
 def layout_numbers(runs: dict) -> dict:
@@ -393,7 +394,7 @@ def recorded_values(preset: str, rehearse: bool, setup: Setup, *, feature_dim: i
     return dict(
         preset=preset, rehearsal=rehearse, device_target=base.device_target, world_size=base.world_size,
         hybrid_path=setup.path_name, hybrid_path_short=setup.path_short, layouts_run=list(runs),
-        layout_jobs={n: r.config.name for n, r in runs.items()},      # the code cell's job ran the first layout
+        layout_jobs={n: r.launch for n, r in runs.items()},      # on CPU the code cell's launch ran them all
         num_classes=base.num_classes, feature_dim=feature_dim,
         max_param_diff_vs_reference=proof.max_param_diff, max_loss_diff_vs_reference=proof.loss_diff,
         param_diff_vs_reference_per_step=proof.step_diff, loss_diff_vs_reference_per_step=proof.per_step,

@@ -28,7 +28,7 @@ from helpers.core.config import JobConfig
 from helpers.core.cpu_share import remove_job_groups
 from helpers.core.errors import JobFailed
 from helpers.core.metrics import FOLLOW_ON_EVENT, MORE_SUMMARY_EVENT, metrics_path, read_records
-from helpers.core.paths import more_dir, new_run_dir
+from helpers.core.paths import MORE_PREFIX, more_dir, new_run_dir
 from helpers.core.step_times import img_per_s
 from helpers.job.compile_cache import claim_compile_cache
 from helpers.job.disk_space import check_disk
@@ -78,6 +78,13 @@ class JobResult:
     def straggler(self) -> StragglerVerdict:
         """The rank the others waited for, its cause and cost, or no straggler (``helpers.job.straggler``)."""
         return straggler_verdict(self.steps, self.hosts)
+
+    @property
+    def launch(self) -> str:
+        """The launch that ran the job: its run folder's name, and ``/then-<i>`` for a ``--then`` chain's further
+        job (``FollowOn.more``)."""
+        chained = self.run_dir.name.startswith(MORE_PREFIX)
+        return f"{self.run_dir.parent.name}/{self.run_dir.name}" if chained else self.run_dir.name
 
     @property
     def log_dir(self) -> Path:

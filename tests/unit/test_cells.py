@@ -221,17 +221,19 @@ def test_a_follow_on_starts_without_the_cells_parallel_settings_and_objects(tmp_
     seen = {}
     monkeypatch.setattr(worker, "run_task", lambda *a: seen.update(
         fusion=ms.get_auto_parallel_context("comm_fusion")["allreduce"], mode=ms.get_auto_parallel_context(
-            "parallel_mode"), cell=MODULE_NAME in sys.modules) or {"trained": True})
+            "parallel_mode"), cell=MODULE_NAME in sys.modules, graph=ms.get_context("mode")) or {"trained": True})
     module = type(sys)(MODULE_NAME)
     module.net = held = [1, 2, 3]
     monkeypatch.setitem(sys.modules, MODULE_NAME, module)
     ms.set_auto_parallel_context(parallel_mode=ms.ParallelMode.DATA_PARALLEL,
                                  comm_fusion={"allreduce": {"mode": "size", "config": 7}})
+    ms.set_context(mode=ms.PYNATIVE_MODE)                       # a PyNative cell (chapter 03's hybrid step)
     try:
         rank_main.release_cell()
         out = MetricsWriter(tmp_path, 0)
         assert rank_main.follow_on(JobConfig(), tmp_path, 0, 1, out) == {"trained": True}
     finally:
         ms.reset_auto_parallel_context()
-    assert seen == {"fusion": {"mode": "auto", "config": None}, "mode": "stand_alone", "cell": False}
+    assert seen == {"fusion": {"mode": "auto", "config": None}, "mode": "stand_alone", "cell": False,
+                    "graph": ms.GRAPH_MODE}
     assert not hasattr(module, "net") and held == [1, 2, 3]

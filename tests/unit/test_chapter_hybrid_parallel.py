@@ -34,7 +34,8 @@ def fake_run(losses, img_per_s, fc_bytes, shape=(8, 64)):
                  "classifier_shape": [list(shape)] * len(img_per_s), "momentum_norm": [0.5] * len(img_per_s),
                  "weight_norm": [20.0] * len(img_per_s)}
     return SimpleNamespace(summary=summaries.__getitem__, metric=lambda name: losses,
-                           img_per_s=lambda skip=1: float(np.median(img_per_s)), config=SimpleNamespace(name="job"))
+                           img_per_s=lambda skip=1: float(np.median(img_per_s)), config=SimpleNamespace(name="job"),
+                           launch="job")
 
 
 def test_layouts_per_world_size():
@@ -136,3 +137,8 @@ def test_the_first_layout_is_the_code_cells_follow_on_and_not_run_again(tmp_path
     runs = chapter.run_layouts(s, files, code_cell=cell)
     assert runs["8x1"] is cell and launched == ["hybrid-4x2"]
     assert chapter.run_layouts(s, files) == {"8x1": "hybrid-8x1", "4x2": "hybrid-4x2"}
+    # on CPU the launch runs the other layouts after the first, each found again (not run again)
+    assert [c.name for c in then.more] == ["hybrid-4x2"] and Path(then.more[0].strategy_file) == files["4x2"].resolve()
+    cell.more, launched[:] = [SimpleNamespace(config=then.more[0].replace(name="x"))], []
+    runs = chapter.run_layouts(s, files, code_cell=cell)
+    assert runs["8x1"] is cell and runs["4x2"] is cell.more[0] and launched == []
