@@ -24,9 +24,9 @@ from helpers.cells.program import MODULE_NAME, SAME_GRAPH_ENV, VALUES_FILE
 from helpers.core.card_settings import card_record
 from helpers.core.config import JobConfig
 from helpers.core.errors import failure_kind, readable_error
-from helpers.core.metrics import FOLLOW_ON_EVENT, MORE_SUMMARY_EVENT, THEN_ENV, MetricsWriter
-from helpers.core.paths import more_dir
+from helpers.core.metrics import THEN_ENV, MetricsWriter
 from helpers.train.card_runtime import ascend_soc
+from helpers.train.chain import failure_where, fresh_start, run_more
 from helpers.train.worker import leave_together, setup_runtime
 
 
@@ -104,51 +104,14 @@ def share_graphs(cfg: JobConfig, rank: int, world: int, run_dir: Path, out: Metr
     share_every_graph(cfg, rank, world, run_dir, lambda **kw: out.write("graph_share", **kw))
 
 
-_running: dict = {}     # the follow-on job this rank runs, named in a failure outside the cell
-
-
-def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter, more: int = 0) -> dict:
+def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
     """``%%ranks ... --then``: the config's worker task on this rank after the cell (same ``init()``, same records
-    file, its files in ``run_dir``); its summary. Its first record gives the watchdog's compile allowance until the
-    next one; ``more`` numbers a chain's further jobs (0: the first). It starts from MindSpore's default parallel
-    settings in GRAPH_MODE, as a fresh process would: a ``comm_fusion`` the cell set would otherwise stay, since the
-    worker passes none for the default (``{}``), and a PyNative cell or job would leave PyNative on."""
-    import mindspore as ms
-
+    file), started as a fresh job would start (``helpers.train.chain.fresh_start``); its summary."""
     from helpers.train.worker import run_task
 
-    ms.reset_auto_parallel_context()
-    ms.set_context(mode=ms.GRAPH_MODE)            # as setup_runtime starts a job: a PyNative cell or job ends here
     reporting.started()
-    _running["job"] = cfg.name
-    out.write(FOLLOW_ON_EVENT, task=cfg.task, more=more, name=cfg.name)
+    fresh_start(cfg, out, more=0)
     return run_task(cfg, run_dir, rank, world, out)
-
-
-def use_job_env(cfg: JobConfig, launched: JobConfig) -> None:
-    """The course's environment variables of ``cfg`` in this process, in place of the launched job's (the worker
-    reads them as it runs, e.g. the time split's period); MindSpore's own (``MS_*``) were read at start and stay."""
-    for key in set(launched.env) | set(cfg.env):
-        if key.startswith("MS_") or key in (THEN_ENV, SAME_GRAPH_ENV):
-            continue
-        if key in cfg.env:
-            os.environ[key] = str(cfg.env[key])
-        else:
-            os.environ.pop(key, None)
-
-
-def more_follow_ons(launched: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter,
-                    card: dict) -> None:
-    """A chain's further jobs (``FollowOn.more``), in turn after the first: each from its ``then-<i>`` folder's
-    config, in that folder, with its own environment variables (``use_job_env``), as a fresh job would start (the
-    previous one released); each summary, with the rank's ``card`` fields, a ``more_summary`` record."""
-    i = 1
-    while (more_dir(run_dir, i) / "config.json").exists():
-        release_cell()
-        cfg = JobConfig.load(more_dir(run_dir, i) / "config.json")
-        use_job_env(cfg, launched)
-        out.write(MORE_SUMMARY_EVENT, more=i, **card, **follow_on(cfg, more_dir(run_dir, i), rank, world, out, more=i))
-        i += 1
 
 
 def main(argv=None) -> int:
@@ -187,13 +150,12 @@ def main(argv=None) -> int:
             if os.environ.get(THEN_ENV) == "1":
                 release_cell()
                 summary = follow_on(cfg, run_dir, rank, world, out)
-                more_follow_ons(cfg, run_dir, rank, world, out, card)
+                run_more(cfg, run_dir, rank, world, out, card, before=release_cell, own=(THEN_ENV, SAME_GRAPH_ENV))
         finally:
             heartbeat.stop()
     except BaseException as exc:
         error, tb = failure_text(exc, str(cell_file))
-        if "job" in _running:
-            error += f" (in the follow-on job {_running['job']!r})"
+        error += failure_where()
         reporting.started()
         out.write("failure", kind=failure_kind(tb), error=error, traceback=tb[-4000:])
         out.close()

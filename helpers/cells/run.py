@@ -17,9 +17,10 @@ from helpers.cells.program import CELL_FILE, SAME_GRAPH_ENV, VALUES_FILE, cell_p
 from helpers.core.errors import CellError
 from helpers.core.metrics import THEN_ENV
 from helpers.core.config import JobConfig
-from helpers.core.paths import MORE_PREFIX, resolve
+from helpers.core.paths import resolve
 from helpers.job.compile_cache import CACHE_ENV, compile_cache_dir
 from helpers.job.launch import JobResult, run_job
+from helpers.job.plan import SAME_RANKS
 
 RANK_MAIN = ("-m", "helpers.cells.rank_main")
 CONFIG_NAME = "cfg"          # what the cell calls the job's config
@@ -27,13 +28,12 @@ CONFIG_NAME = "cfg"          # what the cell calls the job's config
 
 def cell_config(cfg: JobConfig, files: dict[str, bytes] | None = None) -> JobConfig:
     """``cfg`` as the job of the cell program ``files`` runs it: the data folder absolute (the ranks run in their run
-    folder); the compile cache in a folder keyed by the config, the cell's file and values and the configs of the jobs
-    chained after it (MindSpore checks only the entry script, ``rank_main``), or off without ``files`` or for a cell that uses ``jit``."""
+    folder); the compile cache in a folder keyed by the config and the cell's file and values (MindSpore checks only
+    the entry script, ``rank_main``), or off without ``files`` or for a cell that uses ``jit``."""
     cfg = cfg.replace(data_dir=str(resolve(cfg.data_dir)))
     if not files or not cfg.compile_cache or uses_jit(files[CELL_FILE].decode()):
         return cfg.replace(compile_cache=False)
-    keyed = [CELL_FILE, VALUES_FILE, *sorted(k for k in files if k.startswith(MORE_PREFIX))]   # the chain's jobs too
-    cell = hashlib.sha1(b"".join(files[k] for k in keyed)).hexdigest()[:12]
+    cell = hashlib.sha1(files[CELL_FILE] + files[VALUES_FILE]).hexdigest()[:12]
     return cfg.replace(env={**cfg.env, CACHE_ENV: f"{compile_cache_dir(cfg)}-cell-{cell}"})
 
 
@@ -57,7 +57,6 @@ class FollowOn:
     more: tuple[JobConfig, ...] = ()
 
 
-SAME_RANKS = ("world_size", "local_world_size", "device_target", "launcher")
 
 
 def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
@@ -68,24 +67,6 @@ def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
         raise CellError(f"%%ranks --then: the follow-on job must run on the cell's ranks; it differs in "
                         f"{', '.join(f'{k} ({getattr(then.cfg, k)} against {getattr(cfg, k)})' for k in differ)}")
     return then.cfg.replace(name=cfg.name, env={**then.cfg.env, **cfg.env, THEN_ENV: "1"})
-
-
-def more_files(cfg: JobConfig, then: FollowOn) -> dict[str, bytes]:
-    """``then.more``'s configs as the run folder's ``then-<i>/config.json`` files, each planned as ``run_job`` plans
-    a job (inputs checked, data made, convolution chosen); ``CellError`` for one on other ranks than the cell's or
-    with other MindSpore start-up variables (``MS_*``, read once per process) than the launch."""
-    from helpers.job.plan import plan_job
-
-    out, first = {}, follow_on_config(cfg, then)
-    for i, more in enumerate(then.more, start=1):
-        follow_on_config(cfg, FollowOn(more))          # the same ranks as the cell's
-        fixed = sorted(k for k in set(more.env) | set(first.env)
-                       if k.startswith("MS_") and k != CACHE_ENV and more.env.get(k) != first.env.get(k))
-        if fixed:
-            raise CellError(f"%%ranks --then: the chained job {more.name!r} sets MindSpore's start-up variables "
-                            f"{fixed} otherwise than the launch; run it as a job of its own")
-        out[f"{MORE_PREFIX}{i}/config.json"] = plan_job(more).to_json().encode()
-    return out
 
 
 def same_job(ran: JobConfig, cfg: JobConfig) -> bool:
@@ -124,7 +105,9 @@ def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ra
     launch, ``JobFailed`` after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
     files = cell_program(magic_line, body, namespace, provided={CONFIG_NAME}).files()
     if then is not None:
-        files = {**then.files(files[CELL_FILE].decode()), **more_files(cfg, then), **files}
+        for job in then.more:
+            follow_on_config(cfg, FollowOn(job))       # the same ranks as the cell's, or a CellError before launch
+        files = {**then.files(files[CELL_FILE].decode()), **files}
         cfg = follow_on_config(cfg, then)
     return run_job(cell_config(cfg, files), progress=progress, run_root=run_root,
-                   worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files)
+                   worker=(*RANK_MAIN, CELL_FILE, CONFIG_NAME), files=files, more=then.more if then else ())

@@ -77,6 +77,13 @@ class Chapter:
             return ran
         return run_job(isolate_compile_cache(cfg), progress=self.progress)
 
+    def run_in_turn(self, cfgs: list[JobConfig]) -> list[JobResult]:
+        """Jobs on the same ranks: on CPU one launch runs them in turn (``run_job``'s ``more``), on a card one each."""
+        if self.base.device_target != "CPU":
+            return [run_job(isolate_compile_cache(c), progress=self.progress) for c in cfgs]
+        first = run_job(isolate_compile_cache(cfgs[0]), progress=self.progress, more=tuple(cfgs[1:]))
+        return [first, *first.more]
+
     def run_profiled(self, name: str, **changes) -> ProfiledJob:
         """A profiled job, read with its gradient sizes (the bytes AllReduce moves where no profile measures them)."""
         result = self.run(name, **changes)
@@ -297,13 +304,15 @@ class Amp:
 
 
 def amp_levels(ch: Chapter) -> Amp:
-    """One fused job per AMP level on ``amp_world_size`` ranks; shows step times and the kernels each level ran."""
+    """One fused job per AMP level on ``amp_world_size`` ranks (on CPU one launch runs them in turn); shows step
+    times and the kernels each level ran."""
     ws, base, plan = ch.plan["amp_world_size"], ch.base, ch.plan
     show_md(amp_ranks_note(ws, base, ch.preset))
-    jobs = {level: ch.run_profiled(f"amp_{level}", amp_level=level, comm_fusion=FUSE_ALL, world_size=ws,
-                                   global_batch=base.batch_per_rank * ws, steps=plan["amp_steps"],
-                                   profile_skip_steps=plan["amp_profile_from"])
-            for level in AMP_LEVELS}
+    cfgs = [base.replace(name=f"amp_{level}", amp_level=level, comm_fusion=FUSE_ALL, world_size=ws,
+                         global_batch=base.batch_per_rank * ws, steps=plan["amp_steps"],
+                         profile_skip_steps=plan["amp_profile_from"]) for level in AMP_LEVELS]
+    jobs = {level: ProfiledJob(r, read_job_profile(r, job_gradient_bytes(r)))
+            for level, r in zip(AMP_LEVELS, ch.run_in_turn(cfgs))}
     conv_impl = jobs["O0"].result.config.conv_impl
     conv_types = conv_kernel_types(conv_impl)
     kinds = amp_kinds(conv_types)

@@ -44,6 +44,15 @@ def compile_cache_dir(cfg: JobConfig) -> Path:
     return resolve("runs/compile_cache") / hashlib.sha1(key.encode()).hexdigest()[:12]
 
 
+def chain_cache(cfg: JobConfig, more_files: dict[str, bytes]) -> JobConfig:
+    """A launch with further jobs (``run_job(..., more=)``): its compile cache folder keyed by their configs too.
+    MindSpore numbers a process's cached graphs in compile order, so a chain's graph n is not a lone job's."""
+    if not cfg.compile_cache or not more_files:
+        return cfg
+    tag = hashlib.sha1(b"".join(more_files[k] for k in sorted(more_files))).hexdigest()[:8]
+    return cfg.replace(env={**cfg.env, CACHE_ENV: f"{cfg.env.get(CACHE_ENV) or compile_cache_dir(cfg)}-then-{tag}"})
+
+
 @contextmanager
 def claim_compile_cache(env: dict, run_dir: Path):
     """Hold the job's cache folder (``env[MS_COMPILER_CACHE_PATH]``) while it runs; yields the env to use.

@@ -30,13 +30,13 @@ from helpers.core.errors import JobFailed
 from helpers.core.metrics import FOLLOW_ON_EVENT, MORE_SUMMARY_EVENT, metrics_path, read_records
 from helpers.core.paths import MORE_PREFIX, more_dir, new_run_dir
 from helpers.core.step_times import img_per_s
-from helpers.job.compile_cache import claim_compile_cache
+from helpers.job.compile_cache import chain_cache, claim_compile_cache
 from helpers.job.disk_space import check_disk
 from helpers.job.host_memory import NotEnoughHostMemory, admit
 from helpers.job.launchers import cancel_orphan, make_launcher
 from helpers.job.msrun import (PORT_LOCK_DIR, bind_core_map, binds_cores, find_msrun, free_port,  # noqa: F401
                                job_env, msrun_command, python_bin_dir)
-from helpers.job.plan import oom_hint, plan_job
+from helpers.job.plan import oom_hint, plan_job, plan_more
 from helpers.job.processes import GRACE_S as STOP_GRACE_S, end_orphan_job
 from helpers.job.progress import make_progress
 from helpers.job.registry import register, reap_orphans, unregister
@@ -138,21 +138,24 @@ class JobResult:
 
 
 def chain_parts(recs: list[dict]) -> list[list[dict]]:
-    """A rank's records cut where each ``%%ranks --then`` job began: [before the first (the cell's, or the whole job's
-    when nothing follows), the first follow-on's, then each ``FollowOn.more`` job's]."""
-    parts = [[]]
+    """A rank's records cut where each job of its launch began: [a ``%%ranks`` cell's (empty without a cell), the
+    job's (a cell's ``--then`` follow-on, or the launched job), then each further job's (``run_job``'s ``more``)]."""
+    cell = any(x["event"] == FOLLOW_ON_EVENT and not x.get("more") for x in recs)
+    parts, at = [[], []], 0 if cell else 1
     for x in recs:
         if x["event"] == FOLLOW_ON_EVENT:
-            parts.append([])
-        parts[-1].append(x)
+            if x.get("more"):
+                parts.append([])
+            at = len(parts) - 1 if x.get("more") else 1
+        parts[at].append(x)
     return parts
 
 
 def split_follow_on(recs: list[dict]) -> tuple[list[dict], list[dict]]:
     """A rank's step records as (the job's, a ``%%ranks --then`` cell's before its follow-on began): the job's are
-    the first follow-on's when there is one, so both number their steps from 0 and are read apart."""
-    parts = [[x for x in part if x["event"] == "step"] for part in chain_parts(recs)]
-    return (parts[1], parts[0]) if len(parts) > 1 else (parts[0], [])
+    the follow-on's when there is one, so both number their steps from 0 and are read apart."""
+    cell, job = [[x for x in part if x["event"] == "step"] for part in chain_parts(recs)[:2]]
+    return job, cell
 
 
 def more_results(run_dir: Path, records: dict[int, list[dict]], main: "JobResult") -> list["JobResult"]:
@@ -277,7 +280,8 @@ def end_orphans() -> None:
 
 def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike = "runs",
             launches: list[dict] | None = None, worker: tuple[str, ...] = (),
-            bin_dir: str | os.PathLike | None = None, files: dict[str, bytes] | None = None) -> JobResult:
+            bin_dir: str | os.PathLike | None = None, files: dict[str, bytes] | None = None,
+            more: tuple[JobConfig, ...] = ()) -> JobResult:
     """Run ``cfg`` as an msrun job and return its ``JobResult``; raise ``JobFailed`` otherwise.
 
     ``launches`` (advanced, used for multi-node on one host) lists one dict per msrun invocation with
@@ -288,10 +292,14 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     guard, watch and stop; it gets the config path last and writes the worker's metrics records.
     ``bin_dir``: the bin folder of another Python environment whose msrun and python run the ranks.
     ``files``: name -> bytes written into the run directory before the ranks start (a notebook cell's program,
-    ``helpers.cells``).
+    ``helpers.cells``). ``more``: further jobs the same ranks run after ``cfg``, in turn, each as a fresh job starts
+    (``helpers.train.chain``), read back as ``JobResult.more``: one start of the ranks for all.
     """
     check_disk(cfg.validate(), run_root)                     # room for the run folder, cache and data, before any write
     cfg = plan_job(cfg)                                      # what runs: checks, data, convolution
+    if more:
+        chained = plan_more(cfg, more)
+        cfg, files = chain_cache(cfg, chained), {**(files or {}), **chained}
     launcher = make_launcher(cfg, launches, worker, bin_dir)   # what starts it: msrun here, or sbatch
     end_orphans()
     cfg, run_dir, config_path, job_id = _job_files(launcher.place(cfg), run_root)

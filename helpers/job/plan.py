@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 from helpers.core.config import JobConfig
+from helpers.core.errors import ConfigError
+from helpers.core.paths import MORE_PREFIX
 from helpers.job.input_checks import check_job_inputs
+
+SAME_RANKS = ("world_size", "local_world_size", "device_target", "launcher")   # what a chained job shares
 
 
 def plan_job(cfg: JobConfig) -> JobConfig:
@@ -20,6 +24,25 @@ def plan_job(cfg: JobConfig) -> JobConfig:
 
         cfg = cfg.replace(conv_impl=resolve_conv_impl(cfg)[0])
     return cfg
+
+
+def plan_more(cfg: JobConfig, more) -> dict[str, bytes]:
+    """The further jobs a launch of ``cfg`` runs on the same ranks after it (``helpers.train.chain``), as the run
+    folder's ``then-<i>/config.json`` files, each planned as ``plan_job`` plans a job. ``ConfigError`` for one on
+    other ranks, with other MindSpore start-up variables (``MS_*``, read once per process) or with an address-space
+    cap (it would stay for the jobs after it)."""
+    out = {}
+    for i, job in enumerate(more, start=1):
+        differ = [f"{k} ({getattr(job, k)} against {getattr(cfg, k)})" for k in SAME_RANKS
+                  if getattr(job, k) != getattr(cfg, k)]
+        fixed = sorted(k for k in set(job.env) | set(cfg.env) if k.startswith("MS_") and k != "MS_COMPILER_CACHE_PATH"
+                       and job.env.get(k) != cfg.env.get(k))
+        if differ or fixed or job.caps_address_space:
+            why = (f"runs on other ranks: {', '.join(differ)}" if differ else f"sets MindSpore's start-up variables "
+                   f"{fixed} otherwise" if fixed else f"caps the address space ({job.mem_cap_mb} MB)")
+            raise ConfigError(f"chained job {job.name!r} {why}; run it as a job of its own")
+        out[f"{MORE_PREFIX}{i}/config.json"] = plan_job(job).to_json().encode()
+    return out
 
 
 def oom_hint(cfg: JobConfig) -> str:

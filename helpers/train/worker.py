@@ -25,6 +25,7 @@ from helpers.core.errors import failure_kind, readable_error
 from helpers.core.metrics import MetricsWriter
 from helpers.train.card_runtime import ascend_soc, prepare_card
 from helpers.train.profiler_session import ANALYSIS_EVENT, NoProfiler, profiling_session
+from helpers.train.chain import failure_where, run_more
 from helpers.train.shared_compile import CACHE_PATH_ENV   # one name for MindSpore's cache folder variable
 
 @contextmanager
@@ -36,8 +37,8 @@ def recording_failures(out: MetricsWriter, capped: bool = False):
         yield out
     except BaseException as exc:
         text = "".join(traceback.format_exception(exc))
-        out.write("failure", kind=failure_kind(text, capped), error=readable_error(f"{type(exc).__name__}: {exc}"),
-                  traceback=text[-4000:])
+        out.write("failure", kind=failure_kind(text, capped),
+                  error=readable_error(f"{type(exc).__name__}: {exc}") + failure_where(), traceback=text[-4000:])
         raise
     finally:
         out.close()
@@ -382,6 +383,7 @@ def main(argv=None) -> int:
 
     with recording_failures(out, cfg.caps_address_space), Heartbeat(run_dir, rank):
         summary = run_task(cfg, run_dir, rank, world, out)
+        run_more(cfg, run_dir, rank, world, out, card)   # the launch's further jobs (run_job's ``more``), in turn
         out.write("summary", **{**card, **summary})   # chip, precision mode, deterministic: in the JobResult too
         leave_together(world)
     return 0

@@ -332,7 +332,7 @@ def test_a_chained_job_failing_on_rank_2_is_named_and_nothing_is_left(ci_config,
         run_cell(CLASS_CELL, cfg, {}, magic_line=MAGIC + " --then then", progress="none", run_root=tmp_path, then=then)
     err = info.value
     assert err.kind == "crash" and err.rank == 2 and "injected failure" in str(err), str(err)
-    assert "in the follow-on job 'later'" in str(err), "the chain's job that failed is named"
+    assert "in the chained job 'later'" in str(err), "the chain's job that failed is named"
     assert not left(marker)
 
 

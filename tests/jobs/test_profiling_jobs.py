@@ -1,6 +1,7 @@
 """helpers.topics profiling modules on REAL profiler output: small profiled msrun jobs (2 ranks), parsed and merged.
 
-Three jobs, shared by the tests of this module (each costs 30-90 s on 2 cores):
+Three jobs, shared by the tests of this module, run in turn by one launch (``run_job``'s ``more``): each must read
+as the job it would be alone (its own fusion, AMP level and reduction, profile and folder):
 - ``unfused``: ``comm_fusion={}`` (MindSpore's default: one AllReduce per gradient tensor);
 - ``fused``: ``comm_fusion`` mode ``auto`` (every gradient in one AllReduce);
 - ``o3_alone``: ``amp_level="O3"`` and ``grad_reduce=False`` (no gradient AllReduce at all; fp16 casts).
@@ -34,8 +35,9 @@ def jobs(standin, tmp_path_factory):
                       profile=True, profile_skip_steps=SKIP)
     variants = {"unfused": dict(comm_fusion={}), "fused": dict(comm_fusion=FUSE_ALL),
                 "o3_alone": dict(comm_fusion={}, amp_level="O3", grad_reduce=False)}
-    return {k: run_job(F.isolate_compile_cache(base.replace(name=k, **v)), progress="text", run_root=root)
-            for k, v in variants.items()}
+    cfgs = [base.replace(name=k, **v) for k, v in variants.items()]
+    first = run_job(F.isolate_compile_cache(cfgs[0]), progress="text", run_root=root, more=tuple(cfgs[1:]))
+    return dict(zip(variants, [first, *first.more]))       # one launch: each job in turn, as a fresh job starts
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,8 @@ def test_parser_on_real_output(jobs, profiles):
     assert len(jp.table()) == 2 and len(jp.table()[0]) == len(jp.TABLE_HEADERS)
 
 
-def test_fusion_reduces_allreduce_calls_per_step(profiles):
+def test_fusion_reduces_allreduce_calls_per_step(jobs, profiles):
+    assert [jobs[k].launch.split("/")[-1] for k in jobs] == [jobs["unfused"].run_dir.name, "then-1", "then-2"]
     unfused, fused = profiles["unfused"], profiles["fused"]
     assert fused.allreduce_per_step == 1 < unfused.allreduce_per_step
     assert fused.reduced_mb_per_step == pytest.approx(unfused.reduced_mb_per_step), "same data, fewer calls"

@@ -6,13 +6,14 @@ import os
 
 import pytest
 
-from helpers.cells.run import FollowOn, chained_job, more_files
+from helpers.cells.run import chained_job
 from helpers.core.config import JobConfig, job_config
-from helpers.core.errors import CellError
+from helpers.core.errors import ConfigError
 from helpers.core.metrics import FOLLOW_ON_EVENT, MORE_SUMMARY_EVENT, THEN_ENV, metrics_path
 from helpers.core.paths import more_dir
-from helpers.job.compile_cache import CACHE_ENV
+from helpers.job.compile_cache import CACHE_ENV, chain_cache, compile_cache_dir
 from helpers.job.launch import chain_parts, load_result
+from helpers.job.plan import plan_more
 
 
 def write_records(run_dir, rank, recs):
@@ -54,10 +55,12 @@ def test_each_job_of_a_chain_is_read_as_its_own_job(tmp_path):
     assert first.metric("step_s").shape == (2, 1)
 
 
-def test_records_are_cut_where_each_follow_on_began():
-    recs = [{"event": "step"}, {"event": FOLLOW_ON_EVENT}, {"event": "step"}, {"event": FOLLOW_ON_EVENT}]
-    assert [len(p) for p in chain_parts(recs)] == [1, 2, 1]
-    assert chain_parts([{"event": "step"}]) == [[{"event": "step"}]]
+def test_records_are_cut_where_each_job_began():
+    step, then, more = {"event": "step"}, {"event": FOLLOW_ON_EVENT, "more": 0}, {"event": FOLLOW_ON_EVENT, "more": 1}
+    assert chain_parts([step, then, step, more]) == [[step], [then, step], [more]]       # a cell, its chain
+    assert chain_parts([step, more, step]) == [[], [step], [more, step]]                  # a worker job, its chain
+    old = {"event": FOLLOW_ON_EVENT}                     # written before chains: a cell's follow-on
+    assert chain_parts([step]) == [[], [step]] and chain_parts([step, old]) == [[step], [old]]
 
 
 def test_a_chapter_finds_a_job_its_code_cell_ran_whatever_its_name_or_cache(tmp_path):
@@ -69,21 +72,33 @@ def test_a_chapter_finds_a_job_its_code_cell_ran_whatever_its_name_or_cache(tmp_
     assert chained_job(res, asked.replace(steps=9)) is None and chained_job(None, asked) is None
 
 
-def test_a_chained_job_on_other_ranks_or_mindspore_variables_is_refused_before_launch():
+def test_a_chained_job_on_other_ranks_or_mindspore_variables_or_a_cap_is_refused_before_launch():
     cfg = job_config("ci", world_size=2, global_batch=16)
-    with pytest.raises(CellError, match="world_size"):
-        more_files(cfg, FollowOn(cfg, more=(cfg.replace(world_size=4, global_batch=32),)))
-    with pytest.raises(CellError, match="MS_DEV_X"):
-        more_files(cfg, FollowOn(cfg, more=(cfg.replace(env={"MS_DEV_X": "1"}),)))
+    for job, why in ((cfg.replace(world_size=4, global_batch=32), "world_size"),
+                     (cfg.replace(env={"MS_DEV_X": "1"}), "MS_DEV_X"), (cfg.replace(mem_cap_mb=900), "address space")):
+        with pytest.raises(ConfigError, match=why):
+            plan_more(cfg, (job,))
+    files = plan_more(cfg, (cfg.replace(name="a", env={CACHE_ENV: "/own"}), cfg.replace(name="b")))
+    assert sorted(files) == ["then-1/config.json", "then-2/config.json"]
+    assert JobConfig(**json.loads(files["then-2/config.json"])).name == "b"
+
+
+def test_a_chain_caches_its_graphs_apart_from_a_lone_job_of_its_first_config():
+    cfg = job_config("ci")
+    files = plan_more(cfg, (cfg.replace(name="a", steps=2),))
+    chained = chain_cache(cfg, files).env[CACHE_ENV]
+    assert chained.startswith(str(compile_cache_dir(cfg))) and chained != str(compile_cache_dir(cfg))
+    assert chained != chain_cache(cfg, plan_more(cfg, (cfg.replace(name="a", steps=3),))).env[CACHE_ENV]
+    assert chain_cache(cfg, {}) == cfg and CACHE_ENV not in chain_cache(cfg.replace(compile_cache=False), files).env
 
 
 def test_a_chained_job_runs_with_its_own_course_variables(monkeypatch):
-    from helpers.cells.rank_main import use_job_env
+    from helpers.train.chain import use_job_env
 
     launched = JobConfig(env={"COURSE_TIME_SPLIT_EVERY": "1", "MS_COMPILER_CACHE_PATH": "/c", THEN_ENV: "1"})
     monkeypatch.setenv("COURSE_TIME_SPLIT_EVERY", "1")
     monkeypatch.setenv("MS_COMPILER_CACHE_PATH", "/c")
     monkeypatch.setenv("HYBRID_NO_CHECKPOINT", "0")       # recorded by monkeypatch, so restored afterwards
-    use_job_env(JobConfig(env={"HYBRID_NO_CHECKPOINT": "1"}), launched)
+    use_job_env(JobConfig(env={"HYBRID_NO_CHECKPOINT": "1"}), launched, own=(THEN_ENV,))
     assert "COURSE_TIME_SPLIT_EVERY" not in os.environ and os.environ["HYBRID_NO_CHECKPOINT"] == "1"
     assert os.environ["MS_COMPILER_CACHE_PATH"] == "/c"       # MindSpore read it at start: it stays
