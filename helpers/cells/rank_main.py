@@ -5,7 +5,8 @@ It opens the rank's records, loads the notebook values the cell reads, then runs
 threads and card settings of the config; the rank's start record and heartbeat begin when the cell's ``init()``
 returns. An error becomes the rank's failure record naming the cell's line, and only the cell's frames are shown;
 the cell's ``finish(value)`` goes into the rank's summary; with ``--then`` the config's worker task runs next, in the
-same process. msrun's scheduler goes straight to ``init()``.
+same process, and the launch's further jobs after it (``helpers.train.chain``). msrun's scheduler goes straight to
+``init()``.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from helpers.core.errors import failure_kind, readable_error
 from helpers.core.metrics import THEN_ENV, MetricsWriter
 from helpers.train.card_runtime import ascend_soc
 from helpers.train.chain import failure_where, fresh_start, run_more
+from helpers.train import worker
 from helpers.train.worker import leave_together, setup_runtime
 
 
@@ -107,11 +109,9 @@ def share_graphs(cfg: JobConfig, rank: int, world: int, run_dir: Path, out: Metr
 def follow_on(cfg: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter) -> dict:
     """``%%ranks ... --then``: the config's worker task on this rank after the cell (same ``init()``, same records
     file), started as a fresh job would start (``helpers.train.chain.fresh_start``); its summary."""
-    from helpers.train.worker import run_task
-
     reporting.started()
     fresh_start(cfg, out, more=0)
-    return run_task(cfg, run_dir, rank, world, out)
+    return worker.run_task(cfg, run_dir, rank, world, out)
 
 
 def main(argv=None) -> int:
@@ -150,7 +150,8 @@ def main(argv=None) -> int:
             if os.environ.get(THEN_ENV) == "1":
                 release_cell()
                 summary = follow_on(cfg, run_dir, rank, world, out)
-                run_more(cfg, run_dir, rank, world, out, card, before=release_cell, own=(THEN_ENV, SAME_GRAPH_ENV))
+                run_more(worker.run_task, cfg, run_dir, rank, world, out, card, before=release_cell,
+                         own=(THEN_ENV, SAME_GRAPH_ENV))
         finally:
             heartbeat.stop()
     except BaseException as exc:

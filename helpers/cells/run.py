@@ -57,8 +57,6 @@ class FollowOn:
     more: tuple[JobConfig, ...] = ()
 
 
-
-
 def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
     """The launched job's config: ``then``'s, on the cell's ranks (``CellError`` if they differ), named as the cell's
     job, with ``THEN_ENV`` set; the cell reads it as ``cfg``."""
@@ -71,12 +69,13 @@ def follow_on_config(cfg: JobConfig, then: FollowOn) -> JobConfig:
 
 def same_job(ran: JobConfig, cfg: JobConfig) -> bool:
     """Whether ``ran`` (a job that ran) ran ``cfg`` as ``cfg`` would have run alone: every setting the same but the
-    job's name, its port, the cell's own environment variables and the compile cache's folder, the data folder's
-    spelling, and the convolution where ``cfg`` leaves it to the launch."""
+    job's name, its port, its timeout (a chain's launch has the sum), the cell's own environment variables and the
+    compile cache's folder, the data folder's spelling, and the convolution where ``cfg`` leaves it to the launch."""
     own = (THEN_ENV, SAME_GRAPH_ENV, CACHE_ENV)
 
     def plain(c: JobConfig) -> JobConfig:
         return c.replace(name="", master_port=cfg.master_port or ran.master_port, data_dir=str(resolve(c.data_dir)),
+                         timeout_s=cfg.timeout_s,
                          conv_impl=ran.conv_impl if cfg.conv_impl == "auto" else c.conv_impl,
                          env={k: v for k, v in c.env.items() if k not in own})
     return plain(ran) == plain(cfg)

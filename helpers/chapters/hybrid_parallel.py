@@ -17,6 +17,7 @@ from helpers.core.errors import ConfigError
 from helpers.core.memory_planner import classifier_param_bytes
 from helpers.core.paths import new_run_dir
 from helpers.job.launch import run_job
+from helpers.job.plan import runs_in_turn
 from helpers.output.tables import show_md, show_table
 from helpers.topics import hybrid
 from helpers.topics.hybrid_reference import run_reference, trainable_diff
@@ -218,11 +219,11 @@ def layout_config(setup: Setup, name: str, strategy_file) -> JobConfig:
 
 def first_layout_job(setup: Setup) -> FollowOn:
     """Section 4's first layout as the code cell's follow-on (``%%ranks ... --then``), and on CPU its other layouts
-    after it: one launch for all (on a card each keeps a launch of its own; a second SEMI_AUTO_PARALLEL job in one
-    process is not measured here). Writes their strategy files."""
+    after it: one launch for all (on a card and in its rehearsal each keeps a launch of its own; a second
+    SEMI_AUTO_PARALLEL job in one process is not measured here). Writes their strategy files."""
     files = write_strategies(setup)
     first, *others = [layout_config(setup, name, files[name]) for name in setup.layouts]
-    return FollowOn(first, more=tuple(others) if setup.on_cpu else ())
+    return FollowOn(first, more=tuple(others) if runs_in_turn(setup.base) else ())
 
 
 def run_layouts(setup: Setup, files: dict, progress="auto", code_cell=None) -> dict:

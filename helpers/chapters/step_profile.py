@@ -12,6 +12,7 @@ from helpers.conclusions.step_noise import compare, per_step, step_shares, unpro
 from helpers.core.config import FUSE_ALL, JobConfig, config_table, job_config
 from helpers.core.step_times import steady_step_s
 from helpers.job.launch import JobResult, run_job
+from helpers.job.plan import runs_in_turn
 from helpers.output.tables import show_md, show_table
 from helpers.topics.amp_kernels import (conv_kernel_types, conv_kernels_note, cpu_fp16_flags, kernel_calls, kind_total,
                                        relative_to)
@@ -78,8 +79,9 @@ class Chapter:
         return run_job(isolate_compile_cache(cfg), progress=self.progress)
 
     def run_in_turn(self, cfgs: list[JobConfig]) -> list[JobResult]:
-        """Jobs on the same ranks: on CPU one launch runs them in turn (``run_job``'s ``more``), on a card one each."""
-        if self.base.device_target != "CPU":
+        """Jobs on the same ranks: on CPU one launch runs them in turn (``run_job``'s ``more``), on a card (and in its
+        rehearsal) one launch each."""
+        if not runs_in_turn(self.base):
             return [run_job(isolate_compile_cache(c), progress=self.progress) for c in cfgs]
         first = run_job(isolate_compile_cache(cfgs[0]), progress=self.progress, more=tuple(cfgs[1:]))
         return [first, *first.more]
@@ -140,9 +142,9 @@ def same_ranks_jobs(ch: Chapter) -> dict[str, dict]:
 
 def first_look_job(ch: Chapter) -> FollowOn:
     """The first look as the code cell's follow-on (``%%ranks ... --then``), and on CPU the chapter's other jobs on
-    the same ranks after it (``same_ranks_jobs``): one launch for all. On a card each keeps a launch of its own (a
-    process's second profiler session was measured on CPU only)."""
-    more = () if ch.base.device_target != "CPU" else \
+    the same ranks after it (``same_ranks_jobs``): one launch for all. On a card (and in its rehearsal) each keeps a
+    launch of its own (a process's second profiler session was measured on CPU only)."""
+    more = () if not runs_in_turn(ch.base) else \
         tuple(ch.base.replace(name=name, **changes) for name, changes in same_ranks_jobs(ch).items())
     return FollowOn(first_look_config(ch.base, ch.plan.get("look_steps", 4)), more=more)
 

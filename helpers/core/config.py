@@ -148,6 +148,11 @@ class JobConfig:
         return self.device_target == "CPU" and bool(self.mem_cap_mb)
 
     @property
+    def progress_steps(self) -> int:
+        """The steps a rank's progress counts: every phase's (``phase_samplers`` x ``phase_seeds``) in turn."""
+        return self.steps * max(1, len(self.phase_samplers)) * max(1, len(self.phase_seeds))
+
+    @property
     def local_workers(self) -> int:
         return self.world_size if self.local_world_size is None else self.local_world_size
 

@@ -67,7 +67,7 @@ class JobResult:
     hosts: dict[int, str] = field(default_factory=dict)                     # rank -> node (its start record)
     host_memory: dict = field(default_factory=dict)     # HOST_MEMORY_FILE: peak_host_mb, peak_rss_sum_mb, need_mb
     cell_steps: dict[int, list[dict]] = field(default_factory=dict)  # a ``%%ranks --then`` cell's own step records
-    more: list["JobResult"] = field(default_factory=list)   # a ``--then`` chain's further jobs (``FollowOn.more``)
+    more: list["JobResult"] = field(default_factory=list)   # the launch's further jobs (``run_job``'s ``more``)
 
     @property
     def peak_host_mb(self) -> float:
@@ -81,14 +81,16 @@ class JobResult:
 
     @property
     def launch(self) -> str:
-        """The launch that ran the job: its run folder's name, and ``/then-<i>`` for a ``--then`` chain's further
-        job (``FollowOn.more``)."""
+        """The launch that ran the job: its run folder's name, and ``/then-<i>`` for one of its further jobs
+        (``run_job``'s ``more``)."""
         chained = self.run_dir.name.startswith(MORE_PREFIX)
         return f"{self.run_dir.parent.name}/{self.run_dir.name}" if chained else self.run_dir.name
 
     @property
     def log_dir(self) -> Path:
-        return self.run_dir / "logs"
+        """msrun's logs of the launch that ran the job (a further job's are its launch's)."""
+        launch_dir = self.run_dir.parent if self.run_dir.name.startswith(MORE_PREFIX) else self.run_dir
+        return launch_dir / "logs"
 
     @property
     def ranks(self) -> list[int]:
@@ -159,7 +161,7 @@ def split_follow_on(recs: list[dict]) -> tuple[list[dict], list[dict]]:
 
 
 def more_results(run_dir: Path, records: dict[int, list[dict]], main: "JobResult") -> list["JobResult"]:
-    """A chain's further jobs (``FollowOn.more``) read as if each had been its own job: its config and folder
+    """A launch's further jobs (``run_job``'s ``more``) read as if each had been its own job: its config and folder
     (``then-<i>``), its step records, its summary (with the rank's card fields), and as ``wall_s`` the slowest
     rank's seconds from its start to its summary."""
     out, i = [], 1
@@ -297,9 +299,10 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
     """
     check_disk(cfg.validate(), run_root)                     # room for the run folder, cache and data, before any write
     cfg = plan_job(cfg)                                      # what runs: checks, data, convolution
-    if more:
+    if more:     # the launch's timeout covers them all
         chained = plan_more(cfg, more)
-        cfg, files = chain_cache(cfg, chained), {**(files or {}), **chained}
+        cfg = chain_cache(cfg, chained).replace(timeout_s=cfg.timeout_s + sum(job.timeout_s for job in more))
+        files = {**(files or {}), **chained}
     launcher = make_launcher(cfg, launches, worker, bin_dir)   # what starts it: msrun here, or sbatch
     end_orphans()
     cfg, run_dir, config_path, job_id = _job_files(launcher.place(cfg), run_root)
@@ -307,7 +310,7 @@ def run_job(cfg: JobConfig, progress: str = "auto", run_root: str | os.PathLike 
         (run_dir / name).parent.mkdir(parents=True, exist_ok=True)
         (run_dir / name).write_bytes(data)
     bar = make_progress(f"{cfg.name} ({cfg.world_size} ranks, {cfg.device_target})", range(cfg.world_size),
-                        cfg.steps * max(1, len(cfg.phase_samplers)) * max(1, len(cfg.phase_seeds)), progress)
+                        cfg.progress_steps, progress)
     need = _admit(cfg, job_id, run_dir, launcher, bar)        # host memory: fits, waits, or one clear error
     t0 = time.monotonic()
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from helpers.core.config import JobConfig
 from helpers.core.errors import ConfigError
 from helpers.core.paths import MORE_PREFIX
+from helpers.job.compile_cache import CACHE_ENV
 from helpers.job.input_checks import check_job_inputs
 
 SAME_RANKS = ("world_size", "local_world_size", "device_target", "launcher")   # what a chained job shares
@@ -26,6 +27,12 @@ def plan_job(cfg: JobConfig) -> JobConfig:
     return cfg
 
 
+def runs_in_turn(cfg: JobConfig) -> bool:
+    """Whether the chapters run jobs like ``cfg`` in turn on one launch (``run_job``'s ``more``): on CPU, not in a
+    card's rehearsal (on a card, and so in its rehearsal, each job keeps a launch of its own)."""
+    return cfg.device_target == "CPU" and not cfg.rehearsal
+
+
 def plan_more(cfg: JobConfig, more) -> dict[str, bytes]:
     """The further jobs a launch of ``cfg`` runs on the same ranks after it (``helpers.train.chain``), as the run
     folder's ``then-<i>/config.json`` files, each planned as ``plan_job`` plans a job. ``ConfigError`` for one on
@@ -35,7 +42,7 @@ def plan_more(cfg: JobConfig, more) -> dict[str, bytes]:
     for i, job in enumerate(more, start=1):
         differ = [f"{k} ({getattr(job, k)} against {getattr(cfg, k)})" for k in SAME_RANKS
                   if getattr(job, k) != getattr(cfg, k)]
-        fixed = sorted(k for k in set(job.env) | set(cfg.env) if k.startswith("MS_") and k != "MS_COMPILER_CACHE_PATH"
+        fixed = sorted(k for k in set(job.env) | set(cfg.env) if k.startswith("MS_") and k != CACHE_ENV
                        and job.env.get(k) != cfg.env.get(k))
         if differ or fixed or job.caps_address_space:
             why = (f"runs on other ranks: {', '.join(differ)}" if differ else f"sets MindSpore's start-up variables "

@@ -37,6 +37,8 @@ class TextProgress:
         self.stream = stream or sys.stdout
         self.done = {r: 0 for r in ranks}
         self.loss: dict[int, float] = {}
+        self.jobs: dict[int, str] = {}          # rank -> the job of its launch it runs now (``job``)
+        self.totals = {r: total for r in self.done}
         self.t0 = time.monotonic()
         self._last = -1e9
         self.live = LiveStraggler(len(self.done))
@@ -57,6 +59,10 @@ class TextProgress:
             self._last = now
             self._print(self._line(now))
 
+    def job(self, rank: int, name: str, steps: int) -> None:
+        """``rank`` began another job of its launch (a cell's ``--then`` job, a chained job): its steps count anew."""
+        self.jobs[rank], self.totals[rank], self.done[rank] = name, steps, 0
+
     def queued(self, text: str):
         """Where the job waits (a scheduler's state, reason, place in the queue): printed when it changes."""
         if text != getattr(self, "_queued", None):
@@ -64,10 +70,12 @@ class TextProgress:
             self._print(f"[{time.monotonic() - self.t0:6.1f}s] {text}")
 
     def _line(self, now):
-        finished = min(self.done.values())
+        slowest = min(self.done, key=self.done.get)
         losses = [f"{v:.3f}" for _, v in sorted(self.loss.items())]
-        return (f"[{now - self.t0:6.1f}s] steps done per rank "
-                f"{' '.join(str(self.done[r]) for r in sorted(self.done))} (all >= {finished}/{self.total})"
+        jobs = ", ".join(dict.fromkeys(self.jobs[r] for r in sorted(self.jobs)))
+        return (f"[{now - self.t0:6.1f}s] {jobs + ': ' if jobs else ''}steps done per rank "
+                f"{' '.join(str(self.done[r]) for r in sorted(self.done))} "
+                f"(all >= {self.done[slowest]}/{self.totals[slowest]})"
                 + (f" | loss {' '.join(losses)}" if losses else "") + straggler_mark(self.live))
 
     def close(self, status: str):
@@ -84,7 +92,7 @@ class WidgetProgress:
         self.total = total
         self.t0 = time.monotonic()
         self.header = w.HTML(f"<b>{title}</b>: starting {len(list(ranks))} ranks…")
-        self.bars, self.labels = {}, {}
+        self.bars, self.labels, self.jobs = {}, {}, {}
         rows = []
         for r in ranks:
             self.bars[r] = w.IntProgress(value=0, min=0, max=total, description=f"rank {r}",
@@ -100,11 +108,16 @@ class WidgetProgress:
         if record is not None:
             self.live.feed(record)
         if loss is not None:
-            self.labels[rank].value = f"{step_done}/{self.total}  loss {loss:.4f}"
+            self.labels[rank].value = f"{self.jobs.get(rank, '')}{step_done}/{self.bars[rank].max}  loss {loss:.4f}"
         marked = self.live.marked()
         for r, bar in self.bars.items():      # the straggler's bar turns orange while it holds the others back
             bar.bar_style = "warning" if marked and marked[0] == r else ""
         self.header.value = f"<b>running</b> {time.monotonic() - self.t0:.0f} s" + straggler_mark(self.live)
+
+    def job(self, rank: int, name: str, steps: int) -> None:
+        """``rank`` began another job of its launch: its bar restarts, its label names the job."""
+        self.bars[rank].value, self.bars[rank].max = 0, max(1, steps)
+        self.jobs[rank] = f"{name} "
 
     def queued(self, text: str):
         self.header.value = f"<b>waiting</b> {time.monotonic() - self.t0:.0f} s: {text}"
@@ -141,6 +154,9 @@ class NullProgress:
     """A progress display that shows nothing (``mode="none"``)."""
 
     def update(self, *a, **k):
+        pass
+
+    def job(self, *a, **k):
         pass
 
     def queued(self, text: str):

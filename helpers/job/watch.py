@@ -190,6 +190,8 @@ class JobWatch:
             if ev == "step":
                 self.step_times.append(rec["step_s"])
                 self.bar.update(r, step + 1, rec["loss"], rec)
+            elif ev == FOLLOW_ON_EVENT and "more" in rec:     # another job of the launch: its own steps
+                self.bar.job(r, rec.get("name") if rec["more"] else "after the cell", rec.get("steps", 0))
             elif ev == "summary":
                 self.summaries[r] = rec
             elif ev == "failure":

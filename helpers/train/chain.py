@@ -33,7 +33,7 @@ def fresh_start(cfg: JobConfig, out: MetricsWriter, more: int) -> None:
     ms.reset_auto_parallel_context()
     ms.set_context(mode=ms.GRAPH_MODE)
     running["job"] = cfg.name if more else None
-    out.write(FOLLOW_ON_EVENT, task=cfg.task, more=more, name=cfg.name)
+    out.write(FOLLOW_ON_EVENT, task=cfg.task, more=more, name=cfg.name, steps=cfg.progress_steps)
 
 
 def use_job_env(cfg: JobConfig, launched: JobConfig, own=()) -> None:
@@ -57,13 +57,11 @@ def more_configs(run_dir: Path) -> list[JobConfig]:
     return out
 
 
-def run_more(launched: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter, card: dict,
+def run_more(run_task, launched: JobConfig, run_dir: Path, rank: int, world: int, out: MetricsWriter, card: dict,
              before=lambda: None, own=()) -> None:
     """Each further job on this rank, in turn: ``before()`` (e.g. release a cell), a fresh start, its own course
-    variables, the worker task in its ``then-<i>`` folder; its summary, with the rank's ``card`` fields, a
-    ``more_summary`` record. ``peak_rss_mb`` in a summary is the process's, all jobs so far included."""
-    from helpers.train.worker import run_task
-
+    variables, ``run_task`` (the worker's) in its ``then-<i>`` folder; its summary, with the rank's ``card`` fields,
+    a ``more_summary`` record. ``peak_rss_mb`` in a summary is the process's, all jobs so far included."""
     for i, cfg in enumerate(more_configs(run_dir), start=1):
         before()
         use_job_env(cfg, launched, own)

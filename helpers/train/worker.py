@@ -383,7 +383,7 @@ def main(argv=None) -> int:
 
     with recording_failures(out, cfg.caps_address_space), Heartbeat(run_dir, rank):
         summary = run_task(cfg, run_dir, rank, world, out)
-        run_more(cfg, run_dir, rank, world, out, card)   # the launch's further jobs (run_job's ``more``), in turn
+        run_more(run_task, cfg, run_dir, rank, world, out, card)   # the launch's further jobs (run_job's ``more``)
         out.write("summary", **{**card, **summary})   # chip, precision mode, deterministic: in the JobResult too
         leave_together(world)
     return 0

@@ -320,6 +320,7 @@ def test_then_runs_a_training_job_on_the_cells_ranks_in_the_same_launch(ci_confi
     assert len(set(alone.summary("checksum"))) == 4, "no gradient reduction: each rank trained alone"
     assert again.summary("checksum") != res.summary("checksum"), "another seed, other weights"
     assert chained_job(res, more[1]) is again
+    assert res.config.timeout_s == 3 * cfg.timeout_s, "the launch's timeout covers the chain's three jobs"
     assert not left(marker)
 
 

@@ -69,6 +69,7 @@ def test_a_chapter_finds_a_job_its_code_cell_ran_whatever_its_name_or_cache(tmp_
     asked = res.more[1].config.replace(name="other", env={CACHE_ENV: "/somewhere"})
     assert chained_job(res, asked) is res.more[1]
     assert chained_job(res, res.config.replace(env={})) is res        # the first follow-on: the launch's own result
+    assert chained_job(res, res.config.replace(env={}, timeout_s=1.0)) is res     # a chain's launch sums timeouts
     assert chained_job(res, asked.replace(steps=9)) is None and chained_job(None, asked) is None
 
 
@@ -102,3 +103,11 @@ def test_a_chained_job_runs_with_its_own_course_variables(monkeypatch):
     use_job_env(JobConfig(env={"HYBRID_NO_CHECKPOINT": "1"}), launched, own=(THEN_ENV,))
     assert "COURSE_TIME_SPLIT_EVERY" not in os.environ and os.environ["HYBRID_NO_CHECKPOINT"] == "1"
     assert os.environ["MS_COMPILER_CACHE_PATH"] == "/c"       # MindSpore read it at start: it stays
+
+
+def test_jobs_run_in_turn_on_cpu_only_and_not_in_a_cards_rehearsal():
+    from helpers.job.plan import runs_in_turn
+
+    assert runs_in_turn(JobConfig(device_target="CPU"))
+    assert not runs_in_turn(JobConfig(device_target="GPU")) and not runs_in_turn(JobConfig(device_target="Ascend"))
+    assert not runs_in_turn(JobConfig(device_target="CPU", rehearsal=True)), "the rehearsal runs the card's path"

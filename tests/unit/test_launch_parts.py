@@ -121,6 +121,19 @@ def test_text_progress_prints_rank_steps_and_loss():
     assert "2 ranks" in text and "2.500" in text and "finished" in text
 
 
+def test_text_progress_names_each_job_of_a_launch_and_counts_its_own_steps():
+    out = io.StringIO()
+    p = TextProgress("code", range(2), 1, every_s=0, stream=out)
+    p.update(0, 1, 2.5)
+    p.update(1, 1, 2.5)
+    p.job(0, "baseline", 5)
+    p.update(0, 2, 1.5)
+    assert out.getvalue().splitlines()[-1].split("] ")[1].startswith("baseline: steps done per rank 2 1 (all >= 1/1)")
+    p.job(1, "baseline", 5)
+    p.update(1, 1, 1.5)
+    assert "baseline: steps done per rank 2 1 (all >= 1/5)" in out.getvalue().splitlines()[-1]
+
+
 def test_results_are_plain_json_and_refuse_nan(tmp_path):
     import numpy as np
 
