@@ -103,9 +103,7 @@ def run_cell(body: str, cfg: JobConfig, namespace: dict, magic_line: str = "%%ra
     cell (one launch; the result holds both: ``.returns`` and the job's records). Raises ``CellError`` before
     launch, ``JobFailed`` after; returns the ``JobResult`` (``.returns``: each rank's ``finish(value)``)."""
     files = cell_program(magic_line, body, namespace, provided={CONFIG_NAME}).files()
-    if then is not None:
-        for job in then.more:
-            follow_on_config(cfg, FollowOn(job))       # the same ranks as the cell's, or a CellError before launch
+    if then is not None:     # its more jobs: on the cell's ranks, or run_job's ConfigError before launch
         files = {**then.files(files[CELL_FILE].decode()), **files}
         cfg = follow_on_config(cfg, then)
     return run_job(cell_config(cfg, files), progress=progress, run_root=run_root,

@@ -153,28 +153,28 @@ def chain_parts(recs: list[dict]) -> list[list[dict]]:
     return parts
 
 
-def split_follow_on(recs: list[dict]) -> tuple[list[dict], list[dict]]:
-    """A rank's step records as (the job's, a ``%%ranks --then`` cell's before its follow-on began): the job's are
-    the follow-on's when there is one, so both number their steps from 0 and are read apart."""
-    cell, job = [[x for x in part if x["event"] == "step"] for part in chain_parts(recs)[:2]]
+def split_follow_on(parts: list[list[dict]]) -> tuple[list[dict], list[dict]]:
+    """A rank's step records from its ``chain_parts`` as (the job's, a ``%%ranks --then`` cell's before its follow-on
+    began): the job's are the follow-on's when there is one, so both number their steps from 0 and are read apart."""
+    cell, job = [[x for x in part if x["event"] == "step"] for part in parts[:2]]
     return job, cell
 
 
-def more_results(run_dir: Path, records: dict[int, list[dict]], main: "JobResult") -> list["JobResult"]:
+def more_results(run_dir: Path, parts: dict[int, list[list[dict]]], main: "JobResult") -> list["JobResult"]:
     """A launch's further jobs (``run_job``'s ``more``) read as if each had been its own job: its config and folder
     (``then-<i>``), its step records, its summary (with the rank's card fields), and as ``wall_s`` the slowest
-    rank's seconds from its start to its summary."""
+    rank's seconds from its start to its summary. ``parts``: each rank's ``chain_parts``."""
     out, i = [], 1
     while (more_dir(run_dir, i) / "config.json").exists():
         cfg = JobConfig.load(more_dir(run_dir, i) / "config.json")
-        parts = {r: (chain_parts(recs) + [[]] * (i + 2))[i + 1] for r, recs in records.items()}
-        ends = {r: next((x for x in part if x["event"] == MORE_SUMMARY_EVENT), None) for r, part in parts.items()}
+        mine = {r: (ranks + [[]] * (i + 2))[i + 1] for r, ranks in parts.items()}
+        ends = {r: next((x for x in part if x["event"] == MORE_SUMMARY_EVENT), None) for r, part in mine.items()}
         summaries = {r: end for r, end in ends.items() if end is not None}
-        wall = max((end["time"] - parts[r][0]["time"] for r, end in ends.items() if end is not None),
+        wall = max((end["time"] - mine[r][0]["time"] for r, end in ends.items() if end is not None),
                    default=float("nan"))
         out.append(JobResult(more_dir(run_dir, i), cfg, main.returncode, wall,
-                             {r: [x for x in part if x["event"] == "step"] for r, part in parts.items()}, summaries,
-                             {r: [x for x in part if x["event"] == "phase_summary"] for r, part in parts.items()},
+                             {r: [x for x in part if x["event"] == "step"] for r, part in mine.items()}, summaries,
+                             {r: [x for x in part if x["event"] == "phase_summary"] for r, part in mine.items()},
                              main.hosts, main.host_memory))
         i += 1
     return out
@@ -184,11 +184,12 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
     """Rebuild a JobResult from a run directory (also for runs made earlier or elsewhere)."""
     run_dir = Path(run_dir)
     cfg = JobConfig.load(run_dir / "config.json")
-    steps, summaries, phases, hosts, cell_steps, records = {}, {}, {}, {}, {}, {}
+    steps, summaries, phases, hosts, cell_steps, parts = {}, {}, {}, {}, {}, {}
     for r in range(cfg.world_size):
-        records[r] = recs = read_records(metrics_path(run_dir, r))
-        steps[r], cell_steps[r] = split_follow_on(recs)
-        phases[r] = [x for part in chain_parts(recs)[:2] for x in part if x["event"] == "phase_summary"]
+        recs = read_records(metrics_path(run_dir, r))
+        parts[r] = chain_parts(recs)
+        steps[r], cell_steps[r] = split_follow_on(parts[r])
+        phases[r] = [x for part in parts[r][:2] for x in part if x["event"] == "phase_summary"]
         for x in recs:
             if x["event"] == "summary":
                 summaries[r] = x
@@ -198,7 +199,7 @@ def load_result(run_dir: str | Path, returncode: int = 0, wall_s: float = float(
     result = JobResult(run_dir, cfg, returncode, wall_s, steps, summaries, phases, hosts,
                        json.loads(memory.read_text()) if memory.exists() else {},
                        cell_steps if any(cell_steps.values()) else {})
-    result.more = more_results(run_dir, records, result)
+    result.more = more_results(run_dir, parts, result)
     log.info("%s: %s", run_dir.name, result.straggler.line())     # the job's one line on where its time went
     return result
 

@@ -275,10 +275,10 @@ def test_a_killed_process_is_ended_once_it_is_a_zombie_without_waiting_for_its_r
 
 
 def test_a_follow_on_jobs_steps_are_read_apart_from_its_cells():
-    from helpers.job.launch import split_follow_on
+    from helpers.job.launch import chain_parts, split_follow_on
 
     recs = [{"event": "start"}, {"event": "step", "step": 0, "cell": 1}, {"event": "step", "step": 1, "cell": 1},
             {"event": "follow_on", "task": "train"}, {"event": "step", "step": 0}, {"event": "summary"}]
-    job, cell = split_follow_on(recs)
+    job, cell = split_follow_on(chain_parts(recs))
     assert [x.get("cell") for x in cell] == [1, 1] and [x["step"] for x in job] == [0] and "cell" not in job[0]
-    assert split_follow_on(recs[:3]) == (recs[1:3], [])           # no follow-on: the steps are the job's
+    assert split_follow_on(chain_parts(recs[:3])) == (recs[1:3], [])     # no follow-on: the steps are the job's
