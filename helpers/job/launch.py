@@ -42,6 +42,7 @@ from helpers.job.progress import make_progress
 from helpers.job.registry import register, reap_orphans, unregister
 from helpers.job.straggler import StragglerVerdict, straggler_verdict
 from helpers.job.watch import JobWatch, Verdict, log_tail
+from helpers.train.chain import more_configs
 
 log = logging.getLogger(__name__)
 
@@ -164,9 +165,8 @@ def more_results(run_dir: Path, parts: dict[int, list[list[dict]]], main: "JobRe
     """A launch's further jobs (``run_job``'s ``more``) read as if each had been its own job: its config and folder
     (``then-<i>``), its step records, its summary (with the rank's card fields), and as ``wall_s`` the slowest
     rank's seconds from its start to its summary. ``parts``: each rank's ``chain_parts``."""
-    out, i = [], 1
-    while (more_dir(run_dir, i) / "config.json").exists():
-        cfg = JobConfig.load(more_dir(run_dir, i) / "config.json")
+    out = []
+    for i, cfg in enumerate(more_configs(run_dir), start=1):
         mine = {r: (ranks + [[]] * (i + 2))[i + 1] for r, ranks in parts.items()}
         ends = {r: next((x for x in part if x["event"] == MORE_SUMMARY_EVENT), None) for r, part in mine.items()}
         summaries = {r: end for r, end in ends.items() if end is not None}
@@ -176,7 +176,6 @@ def more_results(run_dir: Path, parts: dict[int, list[list[dict]]], main: "JobRe
                              {r: [x for x in part if x["event"] == "step"] for r, part in mine.items()}, summaries,
                              {r: [x for x in part if x["event"] == "phase_summary"] for r, part in mine.items()},
                              main.hosts, main.host_memory))
-        i += 1
     return out
 
 

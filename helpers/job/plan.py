@@ -7,6 +7,7 @@ from helpers.core.errors import ConfigError
 from helpers.core.paths import MORE_PREFIX
 from helpers.job.compile_cache import CACHE_ENV
 from helpers.job.input_checks import check_job_inputs
+from helpers.train.chain import STARTUP_PREFIX
 
 SAME_RANKS = ("world_size", "local_world_size", "device_target", "launcher")   # what a chained job shares
 
@@ -42,7 +43,7 @@ def plan_more(cfg: JobConfig, more) -> dict[str, bytes]:
     for i, job in enumerate(more, start=1):
         differ = [f"{k} ({getattr(job, k)} against {getattr(cfg, k)})" for k in SAME_RANKS
                   if getattr(job, k) != getattr(cfg, k)]
-        fixed = sorted(k for k in set(job.env) | set(cfg.env) if k.startswith("MS_") and k != CACHE_ENV
+        fixed = sorted(k for k in set(job.env) | set(cfg.env) if k.startswith(STARTUP_PREFIX) and k != CACHE_ENV
                        and job.env.get(k) != cfg.env.get(k))
         if differ or fixed or job.caps_address_space:
             why = (f"runs on other ranks: {', '.join(differ)}" if differ else f"sets MindSpore's start-up variables "
